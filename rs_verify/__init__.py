@@ -1,0 +1,41 @@
+"""rs-verify: a verification and equivalence suite for speculative-decoding rejection samplers.
+
+The top level exposes the contract (SPEC.md): batch types, validation and the
+chunk planner. The Triton sampler is imported lazily (`rs_verify.TritonSampler`)
+so that importing the contract never imports torch or triton.
+"""
+
+from .batch import LogprobsTensors, SamplerOutput, SpecBatch
+from .chunking import (
+    DEFAULT_CAP_BYTES,
+    iter_request_chunks,
+    max_chunk_logits,
+    select_requests,
+    slice_batch,
+    verify_chunked,
+)
+from .validation import validate
+
+__all__ = [
+    "DEFAULT_CAP_BYTES",
+    "LogprobsTensors",
+    "SamplerOutput",
+    "SpecBatch",
+    "TritonSampler",
+    "iter_request_chunks",
+    "max_chunk_logits",
+    "select_requests",
+    "slice_batch",
+    "validate",
+    "verify_chunked",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name == "TritonSampler":
+        from .triton_sampler import TritonSampler
+
+        return TritonSampler
+    raise AttributeError(f"module 'rs_verify' has no attribute {name!r}")

@@ -1,0 +1,173 @@
+"""Input validation (SPEC section 9): every bad batch raises `ValueError` naming the field
+and the first offending index, before any device work. Imports only the batch contract."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .batch import LOGITS_DTYPES, LOGPROBS_MODES, SpecBatch
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _fail(field: str, index, why: str):
+    where = field if index is None else f"{field}[{index}]"
+    raise ValueError(f"{where}: {why}")
+
+
+def _first(mask: np.ndarray):
+    """The first index (as an int or a tuple) where `mask` holds."""
+    flat = int(np.flatnonzero(mask.ravel())[0])
+    idx = np.unravel_index(flat, mask.shape)
+    return int(idx[0]) if len(idx) == 1 else tuple(int(i) for i in idx)
+
+
+def _check_array(batch: SpecBatch, field: str, dtype, shape):
+    a = getattr(batch, field)
+    if not isinstance(a, np.ndarray):
+        _fail(field, None, f"expected a numpy array, got {type(a).__name__}")
+    if a.dtype != np.dtype(dtype):
+        _fail(field, None, f"expected dtype {np.dtype(dtype)}, got {a.dtype}")
+    if a.ndim != len(shape) or any(s is not None and a.shape[i] != s for i, s in enumerate(shape)):
+        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+        _fail(field, None, f"expected shape {want}, got {list(a.shape)}")
+    return a
+
+
+def _representable(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Elementwise: is float32 `x` exactly representable in `dtype` (NaN excluded elsewhere)."""
+    if dtype == "float32":
+        return np.ones(x.shape, bool)
+    if dtype == "bfloat16":
+        return (x.view(np.uint32) & np.uint32(0xFFFF)) == 0
+    with np.errstate(over="ignore"):
+        return x.astype(np.float16).astype(np.float32) == x
+
+
+def _check_structure(batch: SpecBatch) -> None:
+    k = batch.num_speculative_steps
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        _fail("num_speculative_steps", None, f"expected an int >= 0, got {k!r}")
+    if batch.logits_dtype not in LOGITS_DTYPES:
+        _fail("logits_dtype", None, f"unknown dtype {batch.logits_dtype!r}; expected one of {LOGITS_DTYPES}")
+    if batch.logprobs_mode not in LOGPROBS_MODES:
+        _fail("logprobs_mode", None, f"unknown mode {batch.logprobs_mode!r}; expected one of {LOGPROBS_MODES}")
+    tl = _check_array(batch, "target_logits", np.float32, (None, None))
+    n, v = tl.shape
+    if v < 1:
+        _fail("target_logits", None, "vocab size must be >= 1")
+    cu = _check_array(batch, "cu_num_logits", np.int32, (None,))
+    if cu.shape[0] < 1:
+        _fail("cu_num_logits", None, "must hold R + 1 >= 1 entries")
+    r = cu.shape[0] - 1
+    temp = _check_array(batch, "temperature", np.float32, (None,))
+    s = temp.shape[0]
+    _check_array(batch, "seeds", np.int64, (s,))
+    _check_array(batch, "idx_mapping", np.int32, (r,))
+    _check_array(batch, "draft_token_ids", np.int64, (n,))
+    _check_array(batch, "pos", np.int64, (n,))
+    if batch.draft_logits is not None:
+        dl = _check_array(batch, "draft_logits", np.float32, (s, k, None))
+        if dl.shape[2] < 1:
+            _fail("draft_logits", None, "draft vocab size must be >= 1")
+        if dl.shape[2] > v:
+            _fail("draft_logits", None, f"draft vocab {dl.shape[2]} exceeds target vocab {v}")
+    nl = batch.num_logprobs
+    if nl is not None:
+        if isinstance(nl, bool) or not isinstance(nl, (int, np.integer)) or not 0 <= nl <= v:
+            _fail("num_logprobs", None, f"expected None or an int in [0, {v}], got {nl!r}")
+
+
+def _check_layout(batch: SpecBatch) -> None:
+    cu = batch.cu_num_logits.astype(np.int64)
+    k = batch.num_speculative_steps
+    if cu[0] != 0:
+        _fail("cu_num_logits", 0, f"must be 0, got {cu[0]}")
+    steps = np.diff(cu)
+    if (steps <= 0).any():
+        i = _first(steps <= 0) + 1
+        _fail("cu_num_logits", i, f"not strictly increasing ({cu[i - 1]} then {cu[i]})")
+    if (steps > k + 1).any():
+        i = _first(steps > k + 1)
+        _fail("cu_num_logits", i + 1, f"request {i} owns {steps[i]} rows, more than K + 1 = {k + 1}")
+    if cu[-1] != batch.num_logits:
+        _fail("cu_num_logits", len(cu) - 1, f"must equal num_logits {batch.num_logits}, got {cu[-1]}")
+    idx = batch.idx_mapping.astype(np.int64)
+    bad = (idx < 0) | (idx >= batch.num_states)
+    if bad.any():
+        i = _first(bad)
+        _fail("idx_mapping", i, f"state {idx[i]} out of range [0, {batch.num_states})")
+    seen = np.zeros(batch.num_states, bool)
+    for i, st in enumerate(idx):
+        if seen[st]:
+            _fail("idx_mapping", i, f"state {st} repeated")
+        seen[st] = True
+    if (batch.pos < 0).any():
+        i = _first(batch.pos < 0)
+        _fail("pos", i, f"negative position {batch.pos[i]}")
+
+
+def _check_values(batch: SpecBatch) -> None:
+    v_eff = batch.effective_vocab_size
+    cu = batch.cu_num_logits.astype(np.int64)
+    states = batch.idx_mapping.astype(np.int64)
+    temp = batch.temperature
+    for i, st in enumerate(states):
+        t = float(temp[st])
+        if not np.isfinite(t) or t < 0:
+            _fail("temperature", int(st), f"must be finite and >= 0, got {t} (request {i})")
+    x = batch.target_logits
+    bad = np.isnan(x) | (x == np.inf)
+    if bad.any():
+        _fail("target_logits", _first(bad), "NaN or +inf logit")
+    bad_rows = ~np.isfinite(x[:, :v_eff]).any(axis=1)
+    if bad_rows.any():
+        _fail("target_logits", _first(bad_rows), f"row has no finite logit in [0, {v_eff})")
+    rep = ~_representable(x, batch.logits_dtype)
+    if rep.any():
+        _fail("target_logits", _first(rep), f"value not representable in {batch.logits_dtype}")
+    dl = batch.draft_logits
+    for r, st in enumerate(states):
+        rows = slice(cu[r], cu[r + 1])
+        n_r = cu[r + 1] - cu[r] - 1
+        ids = batch.draft_token_ids[cu[r] + 1 : cu[r + 1]]
+        if (ids >= v_eff).any():
+            _fail("draft_token_ids", int(cu[r] + 1 + _first(ids >= v_eff)), f"draft id >= V' = {v_eff}")
+        t = float(temp[st])
+        absmax = _finite_absmax(x[rows])
+        if dl is not None and n_r > 0:
+            d = dl[st, :n_r]
+            bad = np.isnan(d) | (d == np.inf)
+            if bad.any():
+                i, j = _first(bad)
+                _fail("draft_logits", (int(st), i, j), "NaN or +inf logit")
+            empty = ~np.isfinite(d[:, :v_eff]).any(axis=1)
+            if empty.any():
+                _fail("draft_logits", (int(st), _first(empty)), f"row has no finite logit in [0, {v_eff})")
+            rep = ~_representable(d, batch.logits_dtype)
+            if rep.any():
+                i, j = _first(rep)
+                _fail("draft_logits", (int(st), i, j), f"value not representable in {batch.logits_dtype}")
+            absmax = max(absmax, _finite_absmax(d))
+        if t > 0 and t != 1 and absmax / t > FLOAT32_MAX:
+            _fail("temperature", int(st), f"{t} overflows float32 for a logit of magnitude {absmax}")
+
+
+def _finite_absmax(a: np.ndarray) -> float:
+    f = np.abs(a[np.isfinite(a)])
+    return float(f.max()) if f.size else 0.0
+
+
+def validate(batch: SpecBatch) -> SpecBatch:
+    """Check `batch` against SPEC section 1 and raise `ValueError` on the first problem.
+
+    Only the states referenced by `idx_mapping` (and the draft rows their
+    requests verify) are checked: other states must be ignored by samplers.
+    Returns the batch, so calls can be chained.
+    """
+    if not isinstance(batch, SpecBatch):
+        raise ValueError(f"batch: expected a SpecBatch, got {type(batch).__name__}")
+    _check_structure(batch)
+    _check_layout(batch)
+    _check_values(batch)
+    return batch
