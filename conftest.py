@@ -11,3 +11,7 @@ if os.environ.get("TRITON_INTERPRET") is None:
             os.environ["TRITON_INTERPRET"] = "1"
     except ImportError:  # pragma: no cover - torch is a dependency
         os.environ["TRITON_INTERPRET"] = "1"
+
+from rs_verify import profiles  # noqa: E402  (after the device choice)
+
+profiles.load()

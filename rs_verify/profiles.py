@@ -1,0 +1,71 @@
+"""Hypothesis profiles shared by the tests, the pytest plugin and the CLI.
+
+- ``dev``: the default on a workstation; quick, random, with the local example database.
+- ``ci``: deterministic (``derandomize``), no deadline, no database; what ``.ci/run`` uses.
+  Registered under Hypothesis's own name ``ci`` so that ``CI=true`` selects it too.
+- ``gpu``: for GPU CI runners; deterministic, more examples, larger batches.
+- ``nightly``: long campaigns; random, many examples.
+
+Select one with ``HYPOTHESIS_PROFILE=<name>``, pytest's ``--hypothesis-profile`` or
+``--rs-profile``, or ``rs-verify check --profile``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")
+
+# Sampler calls run through the Triton interpreter can take a second: never a deadline,
+# and the generated batches are large enough that these health checks would misfire.
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+
+settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile(
+    "ci",
+    max_examples=20,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=_SLOW_OK,
+)
+settings.register_profile(
+    "gpu", max_examples=200, derandomize=True, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK
+)
+settings.register_profile(
+    "nightly", max_examples=2000, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK
+)
+
+# Batch sizes per profile: the interpreter costs a few ms per Triton program instance,
+# so CPU profiles keep grids small; the GPU profile draws Qwen-scale vocabularies too.
+BATCH_KWARGS = {
+    "dev": dict(max_reqs=5, max_spec_steps=5),
+    "ci": dict(max_reqs=5, max_spec_steps=5),
+    "gpu": dict(max_reqs=16, max_spec_steps=8, large_vocab=True),
+    "nightly": dict(max_reqs=8, max_spec_steps=8),
+}
+
+
+def default_profile_name() -> str:
+    """``HYPOTHESIS_PROFILE`` if set, else ``ci`` under CI, else ``dev``."""
+    name = os.environ.get("HYPOTHESIS_PROFILE")
+    if name:
+        return name
+    return "ci" if os.environ.get("CI") else "dev"
+
+
+def load(name: str | None = None) -> str:
+    """Load profile `name` (default: `default_profile_name()`), return its name."""
+    name = name or default_profile_name()
+    if name not in PROFILE_NAMES:
+        raise ValueError(f"unknown Hypothesis profile {name!r}; expected one of {PROFILE_NAMES}")
+    settings.load_profile(name)
+    return name
+
+
+def active() -> str:
+    """The name of the Hypothesis profile in force."""
+    return settings.get_current_profile_name()

@@ -1,0 +1,180 @@
+"""The property registry and the helpers every property shares.
+
+A property is written once, here in the library, and run by the project's tests,
+the `rs-verify` CLI and the pytest plugin alike (see `rs_verify.runner`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import event as _event
+from hypothesis.errors import InvalidArgument
+
+from ..batch import SamplerOutput, SpecBatch
+
+# What a property needs of its context; the runner skips it, with this reason, otherwise.
+NEEDS = {
+    "chunking": "the sampler does not support internal chunking (supports_chunking is False)",
+    "spec_streams": "the sampler does not declare streams = 'spec' (SPEC section 10): certification against the reference needs the SPEC random streams",
+    "reference": "no reference sampler was given",
+    "cuda": "CUDA is not available",
+    "triton": "needs the Triton interpreter or a CUDA device",
+    "fast": "too slow for a distribution campaign (the sampler declares interpreted = True: run on CUDA)",
+    "memory_stats": "the sampler reports no buffer instrumentation (memory_stats is False)",
+    "unvalidated": "the sampler offers no unvalidated() variant",
+}
+
+
+class PropertyFailure(AssertionError):
+    """A property does not hold. Carries the batch (for bundles and replay) and details."""
+
+    def __init__(self, message: str, *, batch: SpecBatch | None = None, details: dict | None = None):
+        super().__init__(message)
+        self.batch = batch
+        self.details = details or {}
+
+
+@dataclass
+class Context:
+    """What a property runs against."""
+
+    sampler: Any
+    reference: Any = None
+    profile: str = "dev"
+    batch_kwargs: dict = field(default_factory=dict)
+    device: str = "cpu"
+    stats: dict = field(default_factory=dict)  # counters a property may add to (e.g. excused divergences)
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str
+    family: str
+    doc: str
+    check: Callable[[Context, Any], None]
+    strategy: Callable[[Context], Any] | None = None  # None: a fixed, seeded campaign run once
+    needs: frozenset = frozenset()
+    examples_scale: float = 1.0
+
+
+PROPERTIES: dict[str, Property] = {}
+
+
+def register(name: str, family: str, *, strategy=None, needs=(), examples_scale: float = 1.0):
+    """Decorator: register `check(ctx, drawn)` as property `name`."""
+
+    def wrap(check):
+        if name in PROPERTIES:
+            raise ValueError(f"property {name!r} registered twice")
+        PROPERTIES[name] = Property(
+            name=name,
+            family=family,
+            doc=(check.__doc__ or "").strip().split("\n")[0],
+            check=check,
+            strategy=strategy,
+            needs=frozenset(needs),
+            examples_scale=examples_scale,
+        )
+        return check
+
+    return wrap
+
+
+# -- comparisons --------------------------------------------------------------------
+
+
+def request_view(out: SamplerOutput, batch: SpecBatch, r: int) -> dict:
+    """Every output field of request `r` (its sampled row and its logprobs rows)."""
+    view = {"sampled": out.sampled[r], "num_sampled": out.num_sampled[r : r + 1]}
+    if out.logprobs is not None:
+        lo, hi = int(batch.cu_num_logits[r]), int(batch.cu_num_logits[r + 1])
+        for k, v in out.logprobs.fields().items():
+            view[f"logprobs.{k}"] = v[lo:hi]
+    return view
+
+
+def first_difference(a: dict, b: dict) -> str | None:
+    """Describe the first field where two name -> array mappings differ bit for bit."""
+    if a.keys() != b.keys():
+        return f"fields differ: {sorted(a)} vs {sorted(b)}"
+    for name in a:
+        x, y = np.asarray(a[name]), np.asarray(b[name])
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"{name}: shape/dtype {x.shape}/{x.dtype} vs {y.shape}/{y.dtype}"
+        xb = x.view(np.uint8) if x.size else x
+        yb = y.view(np.uint8) if y.size else y
+        if not np.array_equal(xb, yb):
+            bad = np.argwhere(x != y) if x.dtype.kind != "f" else np.argwhere(x.view(np.uint32) != y.view(np.uint32))
+            idx = tuple(int(i) for i in bad[0]) if bad.size else ()
+            return f"{name}{list(idx)}: {x[idx] if idx else x} vs {y[idx] if idx else y}"
+    return None
+
+
+def assert_same_output(a: SamplerOutput, b: SamplerOutput, *, what: str, batch: SpecBatch) -> None:
+    """Whole outputs bit-identical (SPEC section 8)."""
+    if (a.logprobs is None) != (b.logprobs is None):
+        raise PropertyFailure(f"{what}: logprobs present in one output only", batch=batch)
+    diff = first_difference(a.arrays(), b.arrays())
+    if diff:
+        raise PropertyFailure(f"{what}: outputs differ at {diff}", batch=batch)
+
+
+def assert_same_request(a, batch_a, ra, b, batch_b, rb, *, what: str, batch: SpecBatch) -> None:
+    """Request `ra` of output `a` equals request `rb` of output `b`, bit for bit."""
+    diff = first_difference(request_view(a, batch_a, ra), request_view(b, batch_b, rb))
+    if diff:
+        raise PropertyFailure(f"{what}: request {ra} (vs {rb}) differs at {diff}", batch=batch)
+
+
+def call(sampler, batch: SpecBatch, **kw) -> SamplerOutput:
+    """Call a sampler and check the output's types and shapes (SPEC section 5)."""
+    out = sampler(batch, **kw)
+    if not isinstance(out, SamplerOutput):
+        raise PropertyFailure(f"{sampler_name(sampler)} returned {type(out).__name__}, not SamplerOutput", batch=batch)
+    r, k1 = batch.num_reqs, batch.num_speculative_steps + 1
+    checks = [
+        ("sampled", out.sampled, np.int64, (r, k1)),
+        ("num_sampled", out.num_sampled, np.int32, (r,)),
+    ]
+    if batch.num_logprobs is not None:
+        lp = out.logprobs
+        if lp is None:
+            raise PropertyFailure("num_logprobs is set but the output has no logprobs", batch=batch)
+        n, k = batch.num_logits, batch.num_logprobs + 1
+        checks += [
+            ("logprobs.token_ids", lp.token_ids, np.int64, (n, k)),
+            ("logprobs.logprobs", lp.logprobs, np.float32, (n, k)),
+            ("logprobs.ranks", lp.ranks, np.int64, (n,)),
+        ]
+    for name, arr, dtype, shape in checks:
+        if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.shape != shape:
+            got = f"{type(arr).__name__} {getattr(arr, 'dtype', '?')} {getattr(arr, 'shape', '?')}"
+            raise PropertyFailure(f"output {name}: expected {np.dtype(dtype)} {shape}, got {got}", batch=batch)
+    return out
+
+
+def sampler_name(sampler) -> str:
+    return str(getattr(sampler, "name", type(sampler).__name__))
+
+
+def supports_chunking(sampler) -> bool:
+    return bool(getattr(sampler, "supports_chunking", False))
+
+
+def uses_spec_streams(sampler) -> bool:
+    return getattr(sampler, "streams", "own") == "spec"
+
+
+def event(value: str) -> None:
+    """`hypothesis.event`, ignored outside a Hypothesis test (replay, fixed campaigns)."""
+    try:
+        _event(value)
+    except InvalidArgument:
+        pass

@@ -1,0 +1,97 @@
+"""Output invariants (SPEC sections 4 and 5) and the greedy argmax chain."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import probs
+from .base import PropertyFailure, call, event, register
+from .inputs import batches
+
+# A resampled token must have positive residual mass p - q > 0. Production samplers
+# compute p and q in float32, so a token whose float64 residual is negative by less
+# than this (relative to p + q) is excused; |p - q| residuals or a residual that keeps
+# the rejected draft are off by far more than this (they pick tokens with q >> p).
+RESIDUAL_RTOL = 1e-4
+
+
+def _fail(batch, r, msg):
+    raise PropertyFailure(f"request {r}: {msg}", batch=batch, details={"request": r})
+
+
+def check_output_invariants(batch, out) -> None:
+    """Raise PropertyFailure unless `out` meets every SPEC section 4-5 invariant on `batch`."""
+    v = batch.effective_vocab_size
+    cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
+    p = probs.target_probs(batch)
+    q = probs.draft_probs(batch)
+    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    for r in range(batch.num_reqs):
+        n_r = int(cu[r + 1] - cu[r] - 1)
+        m = int(out.num_sampled[r])
+        if not 1 <= m <= n_r + 1:
+            _fail(batch, r, f"num_sampled = {m} outside [1, n_r + 1 = {n_r + 1}]")
+        row = out.sampled[r]
+        if (row[m:] != -1).any():
+            _fail(batch, r, f"sampled[{m}:] = {row[m:].tolist()} must be -1 padding")
+        tokens = row[:m]
+        bad = (tokens < 0) | (tokens >= v)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            _fail(batch, r, f"step {i} emitted token {tokens[i]} outside [0, V' = {v})")
+        drafts = batch.draft_tokens(r)
+        if (tokens[: m - 1] != drafts[: m - 1]).any():
+            i = int(np.flatnonzero(tokens[: m - 1] != drafts[: m - 1])[0])
+            _fail(batch, r, f"accepted tokens are not a prefix of the drafts: step {i} emitted {tokens[i]}, "
+                            f"draft was {drafts[i]}")
+        for i, t in enumerate(tokens):
+            j = int(cu[r] + i)
+            if not np.isfinite(batch.target_logits[j, t]):  # p > 0 exactly when the logit is finite
+                _fail(batch, r, f"step {i} emitted token {t} with p = 0 (logit {batch.target_logits[j, t]})")
+        last = m - 1
+        if last < n_r and temps[r] > 0:  # a rejection at step `last`: check the residual
+            _check_resample(batch, r, last, int(tokens[last]), int(drafts[last]), p, q)
+
+
+def _check_resample(batch, r, i, token, draft, p, q) -> None:
+    j = int(batch.cu_num_logits[r] + i)
+    if draft < 0 or draft >= p.shape[1]:
+        return  # a padded draft resamples from p: covered by the p > 0 check
+    if token == draft:
+        _fail(batch, r, f"step {i} rejected draft {draft} and emitted it again")
+    if q is None:
+        return
+    resid = p[j] - q[j]
+    if (resid > 0).any() and resid[token] < -RESIDUAL_RTOL * (p[j, token] + q[j, token]):
+        _fail(batch, r, f"step {i} resampled token {token} with p = {p[j, token]:.6g} < q = {q[j, token]:.6g}: "
+                        "outside the residual max(p - q, 0)")
+
+
+@register("output_invariants", "invariants", strategy=batches)
+def output_invariants(ctx, batch) -> None:
+    """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
+    out = call(ctx.sampler, batch)
+    check_output_invariants(batch, out)
+
+
+@register("greedy_chain", "invariants", strategy=batches)
+def greedy_chain(ctx, batch) -> None:
+    """Greedy requests (T = 0) emit exactly the argmax chain, lowest index on ties."""
+    out = call(ctx.sampler, batch)
+    a = probs.greedy_argmax(batch)
+    cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
+    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    greedy = np.flatnonzero(temps == 0)
+    event(f"greedy requests: {min(len(greedy), 3)}{'+' if len(greedy) >= 3 else ''}")
+    for r in greedy:
+        drafts = batch.draft_tokens(r)
+        want = []
+        for i, d in enumerate(drafts):
+            want.append(int(a[cu[r] + i]))
+            if d != want[-1]:
+                break
+        else:
+            want.append(int(a[cu[r + 1] - 1]))
+        got = out.request(r)
+        if got != want:
+            _fail(batch, int(r), f"greedy request emitted {got}, argmax chain is {want}")

@@ -1,0 +1,151 @@
+"""Running properties: applicability, the Hypothesis wrapper, results and replay.
+
+The tests, the CLI and the pytest plugin all run properties through this module, so a
+property is written once (in `rs_verify.properties`) and wrapped thinly everywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+
+from . import profiles
+from .properties import PROPERTIES, Context, Property, PropertyFailure
+from .properties.base import NEEDS, sampler_name, supports_chunking, uses_spec_streams
+from .replay import replay_snippet
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def capabilities(ctx: Context) -> set[str]:
+    caps = {"triton"}
+    s = ctx.sampler
+    if supports_chunking(s):
+        caps.add("chunking")
+    if uses_spec_streams(s):
+        caps.add("spec_streams")
+    if ctx.reference is not None:
+        caps.add("reference")
+    if getattr(s, "memory_stats", False):
+        caps.add("memory_stats")
+    if callable(getattr(s, "unvalidated", None)):
+        caps.add("unvalidated")
+    if ctx.device == "cuda" or cuda_available():
+        caps.add("cuda")
+    if not getattr(s, "interpreted", False):
+        caps.add("fast")
+    return caps
+
+
+def skip_reason(prop: Property, ctx: Context) -> str | None:
+    """Why `prop` does not apply to this context, or None when it does."""
+    missing = sorted(prop.needs - capabilities(ctx))
+    return "; ".join(NEEDS[m] for m in missing) if missing else None
+
+
+def make_context(sampler, reference=None, *, profile: str | None = None, device: str | None = None) -> Context:
+    name = profile or profiles.active()
+    return Context(
+        sampler=sampler,
+        reference=reference,
+        profile=name,
+        batch_kwargs=dict(profiles.BATCH_KWARGS.get(name, profiles.BATCH_KWARGS["dev"])),
+        device=device or ("cuda" if cuda_available() else "cpu"),
+    )
+
+
+def _annotate(exc: BaseException, prop: Property, ctx: Context, drawn) -> None:
+    batch = getattr(exc, "batch", None)
+    if batch is None:
+        return
+    spec = getattr(ctx.sampler, "spec", None) or sampler_name(ctx.sampler)
+    exc.add_note(f"property: {prop.name} ({prop.doc})\nsampler: {spec}\nbatch: {batch.summary()}")
+    exc.add_note("reproduce with:\n" + replay_snippet(prop.name, spec, drawn, batch))
+
+
+def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None):
+    """A zero-argument callable that runs `prop` under Hypothesis with the current profile."""
+    base = base or settings()
+    if prop.strategy is None:
+        def fixed():
+            ctx.count("examples")
+            try:
+                prop.check(ctx, None)
+            except PropertyFailure as exc:
+                _annotate(exc, prop, ctx, None)
+                raise
+        return fixed
+
+    examples = max(1, round(base.max_examples * prop.examples_scale))
+
+    @settings(base, max_examples=examples)
+    @given(prop.strategy(ctx))
+    def test(drawn):
+        ctx.count("examples")
+        try:
+            prop.check(ctx, drawn)
+        except PropertyFailure as exc:
+            _annotate(exc, prop, ctx, drawn)
+            raise
+
+    # Give every (property, sampler) pair its own key in the example database.
+    test.hypothesis.inner_test._hypothesis_internal_add_digest = f"{prop.name}:{sampler_name(ctx.sampler)}".encode()
+    return test
+
+
+@dataclass
+class Result:
+    name: str
+    status: str  # "passed", "failed", "skipped", "error"
+    seconds: float = 0.0
+    examples: int = 0
+    excused: int = 0
+    message: str = ""
+    failure: BaseException | None = field(default=None, repr=False)
+
+
+def run(prop: Property, ctx: Context, base: settings | None = None) -> Result:
+    """Run one property; never raises for a property failure (the CLI's entry point)."""
+    reason = skip_reason(prop, ctx)
+    if reason:
+        return Result(prop.name, "skipped", message=reason)
+    ctx.stats.clear()
+    start = time.perf_counter()
+    try:
+        hypothesis_test(prop, ctx, base)()
+        status, msg, failure = "passed", "", None
+    except (AssertionError, Exception) as exc:  # noqa: BLE001 - reported, not swallowed
+        status = "failed" if isinstance(exc, AssertionError) else "error"
+        msg, failure = f"{type(exc).__name__}: {exc}", exc
+    return Result(prop.name, status, time.perf_counter() - start, ctx.stats.get("examples", 0),
+                  ctx.stats.get("excused", 0), msg, failure)
+
+
+def replay(prop_name: str, sampler_spec: str, drawn, reference_spec: str = "reference") -> None:
+    """Re-run one property check on one input (raises the failure again if it still fails)."""
+    from .samplers import load_sampler
+
+    prop = PROPERTIES[prop_name]
+    ctx = make_context(load_sampler(sampler_spec), load_sampler(reference_spec))
+    prop.check(ctx, drawn)
+    print(f"{prop_name}: passed on this input")
+
+
+def pytest_run(name: str, sampler, reference=None) -> None:
+    """Run property `name` inside a pytest test: skip with the reason when it does not apply."""
+    import pytest
+
+    prop = PROPERTIES[name]
+    ctx = make_context(sampler, reference)
+    reason = skip_reason(prop, ctx)
+    if reason:
+        pytest.skip(reason)
+    hypothesis_test(prop, ctx)()

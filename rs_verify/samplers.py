@@ -1,0 +1,39 @@
+"""Loading samplers by name or by `module:attribute` (SPEC section 10)."""
+
+from __future__ import annotations
+
+import importlib
+
+BUILTIN = {
+    "triton": "rs_verify.triton_sampler:TritonSampler",
+    "reference": "reference:ReferenceSampler",
+}
+
+
+def load_sampler(spec: str, **kwargs):
+    """A sampler from a built-in name (`triton`, `reference`) or `module:attribute`.
+
+    The attribute may be a sampler instance, a class, or a factory function; classes and
+    factories are called with `kwargs`.
+    """
+    target = BUILTIN.get(spec, spec)
+    if ":" not in target:
+        raise ValueError(f"sampler {spec!r}: expected a built-in name {sorted(BUILTIN)} or 'module:attribute'")
+    module_name, attr = target.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise ValueError(f"sampler {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "name")):
+        obj = obj(**kwargs)
+    elif kwargs:
+        raise ValueError(f"sampler {spec!r} is an instance; options {sorted(kwargs)} cannot be applied")
+    if not callable(obj):
+        raise ValueError(f"sampler {spec!r} is not callable (SPEC section 10: __call__(batch, *, max_chunk_logits))")
+    return obj

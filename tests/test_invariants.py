@@ -1,0 +1,10 @@
+"""Output invariants and the greedy argmax chain (SPEC sections 4 and 5)."""
+
+import pytest
+
+from rs_verify.runner import pytest_run
+
+
+@pytest.mark.parametrize("prop", ["output_invariants", "greedy_chain"])
+def test_invariants(prop, sampler):
+    pytest_run(prop, sampler)
