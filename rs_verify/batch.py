@@ -103,15 +103,25 @@ class SpecBatch:
         return dataclasses.replace(self, **changes)
 
     def summary(self) -> str:
-        """A compact one-paragraph description, for failure messages."""
-        n = self.num_draft_tokens
-        temps = np.asarray(self.temperature)[np.asarray(self.idx_mapping, dtype=np.int64)] if self.num_reqs else []
-        drafts = "one-hot" if self.draft_logits is None else f"model(Vd={self.draft_vocab_size})"
+        """A compact one-paragraph description, for failure messages (tolerates malformed batches)."""
+        try:
+            n = self.num_draft_tokens.tolist()
+            temps = [float(self.temperature[int(s)]) for s in self.idx_mapping]
+        except (IndexError, TypeError, ValueError):
+            n, temps = "?", "?"
+        try:
+            shape = f"R={self.num_reqs}, K={self.num_speculative_steps}, V={self.vocab_size}, N={self.num_logits}, "
+            shape += f"S={self.num_states}"
+        except (IndexError, TypeError, AttributeError):
+            shape = "malformed"
+        if self.draft_logits is None:
+            drafts = "one-hot"
+        else:
+            drafts = f"model(draft_logits shape {list(np.shape(self.draft_logits))})"
         lp = "off" if self.num_logprobs is None else f"k={self.num_logprobs},{self.logprobs_mode}"
         return (
-            f"SpecBatch(R={self.num_reqs}, K={self.num_speculative_steps}, V={self.vocab_size}, "
-            f"N={self.num_logits}, S={self.num_states}, drafts={drafts}, dtype={self.logits_dtype}, "
-            f"logprobs={lp}, n_r={n.tolist()}, T={[float(t) for t in temps]})"
+            f"SpecBatch({shape}, drafts={drafts}, dtype={self.logits_dtype}, "
+            f"logprobs={lp}, n_r={n}, T={temps})"
         )
 
     def __repr__(self) -> str:

@@ -42,10 +42,10 @@ settings.register_profile(
 # Batch sizes per profile: the interpreter costs a few ms per Triton program instance,
 # so CPU profiles keep grids small; the GPU profile draws Qwen-scale vocabularies too.
 BATCH_KWARGS = {
-    "dev": dict(max_reqs=5, max_spec_steps=5),
-    "ci": dict(max_reqs=5, max_spec_steps=5),
-    "gpu": dict(max_reqs=16, max_spec_steps=8, large_vocab=True),
-    "nightly": dict(max_reqs=8, max_spec_steps=8),
+    "dev": dict(max_reqs=4, max_spec_steps=4, max_vocab=300),
+    "ci": dict(max_reqs=4, max_spec_steps=4, max_vocab=300),
+    "gpu": dict(max_reqs=16, max_spec_steps=8, max_vocab=152064),
+    "nightly": dict(max_reqs=8, max_spec_steps=8, max_vocab=1025),
 }
 
 

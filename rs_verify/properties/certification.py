@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import probs
 from .base import PropertyFailure, call, event, register
-from .inputs import batches
+from .inputs import certifiable_batches
 
 DEFAULT_EPS = 2e-4
 LOGPROB_RTOL = 1e-4  # SPEC section 6: logprobs within 1e-4 * L of the reference
@@ -113,7 +113,7 @@ def compare_logprobs(batch, out, ref_out, skip_requests: set) -> str | None:
     return None
 
 
-@register("certified_equivalence", "certification", strategy=batches, needs=("spec_streams", "reference"))
+@register("certified_equivalence", "certification", strategy=certifiable_batches, needs=("spec_streams", "reference"))
 def certified_equivalence(ctx, batch) -> None:
     """Every decision equals the float64 reference's, except excused near-ties (SPEC section 8)."""
     ref_out, traces = ctx.reference.verify_with_trace(batch)

@@ -20,7 +20,25 @@ def batch_and_cap(ctx):
 
 
 def invalid(ctx):
-    """(batch, field) pairs: a batch with one SPEC section 9 defect and the field it must name."""
-    from strategies import invalid_batches
+    """A (batch, field) pair: a batch with one SPEC section 9 defect, its class drawn uniformly."""
+    from strategies import INVALID_CLASSES, invalid_batches
 
-    return invalid_batches(**ctx.batch_kwargs)
+    return st.sampled_from(INVALID_CLASSES).flatmap(lambda c: invalid_batches(classes=[c]))
+
+
+def invalid_of_every_class(ctx):
+    """One (batch, field) pair of every SPEC section 9 defect class, so each example covers them all."""
+    from strategies import INVALID_CLASSES, invalid_batches
+
+    return st.tuples(*(invalid_batches(classes=[c]) for c in INVALID_CLASSES))
+
+
+def certifiable_batches(ctx):
+    """Valid batches without the "extreme" pattern: near float32's limit the tolerance eps * L
+    of SPEC section 8 grows with |z| and would excuse every decision of such a row."""
+    from strategies import spec_batches
+    from strategies.batches import PATTERNS
+
+    kwargs = dict(ctx.batch_kwargs)
+    kwargs.setdefault("patterns", tuple(p for p in PATTERNS if p != "extreme"))
+    return spec_batches(**kwargs)

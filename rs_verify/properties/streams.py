@@ -1,0 +1,97 @@
+"""The random streams are Triton's, bit for bit (SPEC section 3).
+
+`check_philox_matches_triton` compares the NumPy Philox of `reference.philox`
+with `tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.stream_probe`
+(the compiled kernel on a GPU, the interpreter on CPU). It needs triton (and
+torch) at call time only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["check_philox_matches_triton"]
+
+CHAIN_ROWS = 8  # (seed, pos) pairs whose full resample chain is also checked
+CHAIN_VOCAB = 37  # tokens per chained row (not a power of two: a masked tail)
+
+
+def _as_offsets(offsets, offsets_dtype) -> np.ndarray:
+    dtype = np.dtype(offsets_dtype)
+    if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise ValueError(f"offsets_dtype must be int32 or int64, got {dtype}")
+    raw = np.asarray(offsets)
+    if raw.dtype == dtype:
+        return raw
+    wide = np.array(offsets, dtype=object).astype(np.int64) if raw.dtype == object else raw.astype(np.int64)
+    info = np.iinfo(dtype)
+    if wide.size and (wide.min() < info.min or wide.max() > info.max):
+        raise ValueError(f"offsets do not fit in {dtype}")
+    return wide.astype(dtype)
+
+
+def _first_mismatch(what, seeds, offsets, ref, tri, as_bits) -> None:
+    a = ref.view(np.uint32) if as_bits else ref
+    b = tri.view(np.uint32) if as_bits else tri
+    if a.shape != b.shape:
+        raise AssertionError(f"{what}: shapes differ, reference {a.shape} vs triton {b.shape}")
+    bad = np.argwhere(a != b)
+    if bad.size == 0:
+        return
+    idx = tuple(int(i) for i in bad[0])
+    s = np.broadcast_to(seeds, a.shape)[idx]
+    o = np.broadcast_to(offsets, a.shape)[idx]
+    detail = (
+        f"reference {ref[idx]!r} (bits 0x{int(a[idx]) & 0xFFFFFFFF:08x}) vs "
+        f"triton {tri[idx]!r} (bits 0x{int(b[idx]) & 0xFFFFFFFF:08x})"
+    )
+    raise AssertionError(
+        f"{what}: {len(bad)} of {a.size} values differ; first at seed={int(s)} ({s.dtype}), "
+        f"offset={int(o)} ({o.dtype}): {detail}"
+    )
+
+
+def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
+    """Reference Philox equals Triton's `tl.randint` and `tl.rand` bit for bit.
+
+    - `seeds`: int64 seeds (any value of the int64 range), broadcast against `offsets`.
+    - `offsets_dtype`: `np.int32` or `np.int64`, the dtype of the offsets in the kernel.
+    - `offsets`: integer offsets that fit in `offsets_dtype`.
+
+    Checked for both seed kinds: int64 seeds (the per-state seeds) and int32
+    seeds (their low 32 bits, standing for a resample seed `g`, which Triton
+    widens without sign extension). With int64 offsets it also runs the whole
+    resample chain `g = randint(seed, pos)`, `rand(g, x)` in one kernel for a
+    few pairs. Raises `AssertionError` naming the first mismatching seed and
+    offset and both values.
+    """
+    from reference import philox
+
+    from .. import stream_probe
+
+    seeds64 = np.asarray(seeds)
+    if seeds64.dtype != np.int64:
+        seeds64 = np.array(seeds, dtype=object).astype(np.int64) if seeds64.dtype == object else seeds64.astype(np.int64)
+    offs = _as_offsets(offsets, offsets_dtype)
+    seeds32 = seeds64.astype(np.int32)  # low 32 bits (NumPy's integer cast wraps)
+    for kind, s in (("int64 seeds", seeds64), ("int32 seeds", seeds32)):
+        what = f"randint, {kind}, {offs.dtype} offsets"
+        _first_mismatch(what, s, offs, philox.randint(s, offs), stream_probe.triton_randint(s, offs), False)
+        what = f"rand, {kind}, {offs.dtype} offsets"
+        _first_mismatch(what, s, offs, philox.rand(s, offs), stream_probe.triton_rand(s, offs), True)
+    if offs.dtype == np.int64:
+        s_b, o_b = np.broadcast_arrays(seeds64, offs)
+        s_c, o_c = s_b.reshape(-1)[:CHAIN_ROWS], o_b.reshape(-1)[:CHAIN_ROWS]
+        x = np.arange(CHAIN_VOCAB, dtype=np.int32)
+        g = philox.randint(s_c, o_c)
+        ref = philox.rand(g[:, None], x[None, :])
+        tri = stream_probe.triton_resample_noise(s_c, o_c, CHAIN_VOCAB)
+        bad = np.argwhere(ref.view(np.uint32) != tri.view(np.uint32))
+        if bad.size:
+            i, t = (int(v) for v in bad[0])
+            raise AssertionError(
+                f"resample chain rand(randint(seed, pos), x): {len(bad)} of {ref.size} values differ; first at "
+                f"seed={int(s_c[i])}, pos={int(o_c[i])} (g={int(g[i])}), x={t}: "
+                f"reference {ref[i, t]!r} (bits 0x{int(ref.view(np.uint32)[i, t]):08x}) vs "
+                f"triton {tri[i, t]!r} (bits 0x{int(tri.view(np.uint32)[i, t]):08x})"
+            )

@@ -1,0 +1,329 @@
+"""Meta-tests of the strategies: validity, knobs, reachability of every feature, shrinking.
+
+Reachability runs one derandomized sweep and falls back to `hypothesis.find`
+for whatever the sweep missed, so a feature that exists is always found and a
+feature the strategy cannot produce fails with its name.
+"""
+
+from __future__ import annotations
+
+from random import Random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument, NoSuchExample
+
+from rs_verify.validation import validate
+from strategies import (
+    DTYPE_MAX,
+    EXPECTED_FIELD,
+    INVALID_CLASSES,
+    chunk_caps,
+    invalid_batches,
+    cap_candidates,
+    spec_batches,
+)
+from strategies.batches import ONE_HOT_GAP
+
+FAST = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _verified_ids(b) -> np.ndarray:
+    if not b.num_reqs:
+        return np.zeros(0, np.int64)
+    return np.concatenate([b.draft_tokens(r) for r in range(b.num_reqs)])
+
+
+def _ref_temps(b) -> np.ndarray:
+    return np.asarray(b.temperature)[np.asarray(b.idx_mapping, np.int64)]
+
+
+def _ref_seeds(b) -> np.ndarray:
+    return np.asarray(b.seeds)[np.asarray(b.idx_mapping, np.int64)]
+
+
+def _verified_draft_rows(b) -> np.ndarray:
+    if b.draft_logits is None or not b.num_reqs:
+        return np.zeros((0, 1), np.float32)
+    n = b.num_draft_tokens
+    rows = [b.draft_logits[int(s), : int(n[r])] for r, s in enumerate(b.idx_mapping)]
+    return np.concatenate(rows)
+
+
+def _head(b) -> np.ndarray:
+    return np.asarray(b.target_logits)[:, : b.effective_vocab_size]
+
+
+def _has_tied_row(b) -> bool:
+    """Some row has >= 2 exactly equal maxima over [0, V') and is not flat there."""
+    h = _head(b)
+    if h.shape[0] == 0 or h.shape[1] < 3:
+        return False
+    top = h.max(axis=1, keepdims=True)
+    ties = (h == top).sum(axis=1)
+    return bool(((ties >= 2) & (ties < h.shape[1])).any())
+
+
+def _every_row_tied(b) -> bool:
+    """Every row has >= 2 exactly equal maxima over [0, V') (when V' >= 2)."""
+    h = _head(b)
+    return h.shape[1] < 2 or bool(((h == h.max(axis=1, keepdims=True)).sum(axis=1) >= 2).all())
+
+
+def _has_flat_row(b) -> bool:
+    x = np.asarray(b.target_logits)
+    return x.shape[1] >= 2 and bool((np.isfinite(x).all(axis=1) & (x == x[:, :1]).all(axis=1)).any())
+
+
+def _gaps(b) -> np.ndarray:
+    """Per row: best minus second-best logit over [0, V') (rows with V' >= 2)."""
+    h = _head(b)
+    if h.shape[0] == 0 or h.shape[1] < 2:
+        return np.zeros(0)
+    s = np.sort(h, axis=1)
+    with np.errstate(invalid="ignore"):
+        return s[:, -1] - s[:, -2]
+
+
+def _has_peaked_row(b) -> bool:
+    h = _head(b)
+    g = _gaps(b)
+    return bool((np.isfinite(h).all(axis=1)[: g.size] & (g >= 8) & (g < ONE_HOT_GAP / 2)).any()) if g.size else False
+
+
+def _has_one_hot_row(b) -> bool:
+    g = _gaps(b)
+    return bool((g >= ONE_HOT_GAP / 2).any()) if g.size else False
+
+
+def _has_extreme_logit(b) -> bool:
+    x = np.asarray(b.target_logits)
+    f = np.abs(x[np.isfinite(x)])
+    return bool(f.size) and float(f.max()) >= DTYPE_MAX[b.logits_dtype] / 64
+
+
+def _pos_straddles(b, edge) -> bool:
+    return any(b.pos[rows.start] < edge <= b.pos[rows.stop - 1] for rows in map(b.request_rows, range(b.num_reqs)))
+
+
+def _temp_kinds(b) -> set:
+    return {"greedy" if t == 0 else "one" if t == 1 else "random" for t in _ref_temps(b)}
+
+
+BATCH_FEATURES = {
+    "R == 0": lambda b: b.num_reqs == 0,
+    "R == 6": lambda b: b.num_reqs == 6,
+    "n_r == 0 (R >= 1)": lambda b: (b.num_draft_tokens == 0).any(),
+    "n_r == K >= 1": lambda b: b.num_speculative_steps >= 1 and (b.num_draft_tokens == b.num_speculative_steps).any(),
+    "K == 8": lambda b: b.num_speculative_steps == 8,
+    "V == 1": lambda b: b.vocab_size == 1,
+    "V == 129 (block edge)": lambda b: b.vocab_size == 129,
+    "V >= 255": lambda b: b.vocab_size >= 255,
+    "Vd < V": lambda b: b.draft_logits is not None and b.draft_vocab_size < b.vocab_size,
+    "model drafts": lambda b: b.draft_logits is not None and b.num_reqs >= 1,
+    "one-hot drafts": lambda b: b.draft_logits is None and b.num_reqs >= 1,
+    "padded draft -1": lambda b: (_verified_ids(b) == -1).any(),
+    "padded draft < -1": lambda b: (_verified_ids(b) < -1).any(),
+    "garbage first draft id": lambda b: b.num_reqs >= 1 and (b.draft_token_ids[b.cu_num_logits[:-1]] < 0).any(),
+    "greedy": lambda b: b.num_reqs >= 1 and _temp_kinds(b) == {"greedy"},
+    "T == 1": lambda b: b.num_reqs >= 1 and _temp_kinds(b) == {"one"},
+    "random T": lambda b: b.num_reqs >= 1 and _temp_kinds(b) == {"random"},
+    "mixed T": lambda b: len(_temp_kinds(b)) >= 2,
+    "S > R, shuffled idx_mapping": lambda b: b.num_states > b.num_reqs
+    and not np.array_equal(b.idx_mapping, np.arange(b.num_reqs)),
+    "-inf target": lambda b: np.isneginf(b.target_logits).any(),
+    "-inf verified draft row": lambda b: np.isneginf(_verified_draft_rows(b)).any(),
+    "tied row": _has_tied_row,
+    "flat row": _has_flat_row,
+    "peaked row": _has_peaked_row,
+    "one-hot row": _has_one_hot_row,
+    "extreme logit": _has_extreme_logit,
+    "float32": lambda b: b.logits_dtype == "float32",
+    "bfloat16": lambda b: b.logits_dtype == "bfloat16",
+    "float16": lambda b: b.logits_dtype == "float16",
+    "logprobs raw": lambda b: b.num_logprobs is not None and b.logprobs_mode == "raw",
+    "logprobs processed": lambda b: b.num_logprobs is not None and b.logprobs_mode == "processed",
+    "num_logprobs == 0": lambda b: b.num_logprobs == 0,
+    "seed >= 2**31": lambda b: (_ref_seeds(b) >= 2**31).any(),
+    "seed >= 2**32": lambda b: (_ref_seeds(b) >= 2**32).any(),
+    "seed < 0": lambda b: (_ref_seeds(b) < 0).any(),
+    "seed == -2**63": lambda b: (_ref_seeds(b) == -(2**63)).any(),
+    "pos >= 2**31": lambda b: (b.pos >= 2**31).any(),
+    "pos rows straddle 2**32": lambda b: _pos_straddles(b, 2**32),
+    "pos == 2**63 - 1": lambda b: (b.pos == 2**63 - 1).any(),
+}
+
+
+def _assert_reachable(strategy, features: dict, sweep: int, fallback: int) -> None:
+    """Every predicate in `features` holds for some draw of `strategy`."""
+    seen = set()
+
+    @settings(FAST, max_examples=sweep, derandomize=True, phases=[Phase.generate])
+    @given(strategy)
+    def sweep_test(x):
+        seen.update(name for name, pred in features.items() if name not in seen and pred(x))
+
+    sweep_test()
+    missing = []
+    for name in sorted(set(features) - seen):
+        try:
+            find(
+                strategy,
+                features[name],
+                settings=settings(FAST, max_examples=fallback, phases=[Phase.generate]),
+                random=Random(0),
+            )
+        except NoSuchExample:
+            missing.append(name)
+    assert not missing, f"never drawn: {missing}"
+
+
+# -- valid batches -----------------------------------------------------------------
+
+
+@settings(FAST, max_examples=150)
+@given(spec_batches())
+def test_spec_batches_validate(batch):
+    validate(batch)
+
+
+@settings(FAST, max_examples=30)
+@given(spec_batches(max_reqs=3, max_vocab=4096, vocab_sizes=st.integers(1000, 4096)))
+def test_larger_vocab_validates(batch):
+    validate(batch)
+
+
+KNOB_CASES = [
+    (dict(masks=False), lambda b: not np.isneginf(b.target_logits).any() and not np.isneginf(_verified_draft_rows(b)).any()),
+    (dict(padded_drafts=False), lambda b: (_verified_ids(b) >= 0).all()),
+    (dict(logits_dtypes=("float16",)), lambda b: b.logits_dtype == "float16"),
+    (dict(draft_modes=("one-hot",)), lambda b: b.draft_logits is None),
+    (dict(draft_modes=("model",), draft_vocab=False), lambda b: b.draft_vocab_size == b.vocab_size),
+    (dict(temperatures=("greedy",)), lambda b: (_ref_temps(b) == 0).all()),
+    (dict(temperatures=("random",)), lambda b: ((_ref_temps(b) >= 0.05) & (_ref_temps(b) <= 4)).all()),
+    (dict(logprobs=(None,)), lambda b: b.num_logprobs is None),
+    (dict(logprobs=("processed",), max_logprobs=3), lambda b: b.logprobs_mode == "processed" and b.num_logprobs <= 3),
+    (dict(max_extra_states=0), lambda b: b.num_states == b.num_reqs),
+    (dict(min_reqs=2, max_reqs=3, min_drafts=2, max_spec_steps=3), lambda b: 2 <= b.num_reqs <= 3 and (b.num_draft_tokens >= 2).all()),
+    (dict(vocab_sizes=[7, 9]), lambda b: b.vocab_size in (7, 9)),
+    (dict(patterns=("tied",), vocab_sizes=[8]), _every_row_tied),
+    (dict(seeds=st.just(5), positions=st.just(2**32 - 1)), lambda b: (_ref_seeds(b) == 5).all() and (b.pos[b.cu_num_logits[:-1]] == 2**32 - 1).all()),
+]
+
+
+@pytest.mark.parametrize("kwargs, holds", KNOB_CASES, ids=[repr(k) for k, _ in KNOB_CASES])
+def test_knobs_restrict_draws(kwargs, holds):
+    @settings(FAST, max_examples=25)
+    @given(spec_batches(**kwargs))
+    def check(batch):
+        validate(batch)
+        assert holds(batch), batch.summary()
+
+    check()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(min_reqs=-1),
+        dict(min_reqs=3, max_reqs=2),
+        dict(max_spec_steps=1, min_drafts=2),
+        dict(max_vocab=0),
+        dict(vocab_sizes=[0]),
+        dict(vocab_sizes=[]),
+        dict(draft_modes=("ngram",)),
+        dict(temperatures=()),
+        dict(logits_dtypes="float32"),
+        dict(logprobs=("logits",)),
+        dict(patterns=("zigzag",)),
+        dict(masks="yes"),
+        dict(max_logprobs=-1),
+        dict(seeds=5),
+    ],
+    ids=repr,
+)
+def test_bad_knobs_raise_eagerly(kwargs):
+    with pytest.raises(InvalidArgument):
+        spec_batches(**kwargs)
+
+
+def test_bad_invalid_classes_raise_eagerly():
+    with pytest.raises(InvalidArgument):
+        invalid_batches(classes=["not_a_defect"])
+
+
+def test_every_batch_feature_is_reachable():
+    _assert_reachable(spec_batches(), BATCH_FEATURES, sweep=300, fallback=3000)
+
+
+def test_shrinks_to_a_minimal_batch():
+    b = find(spec_batches(), lambda b: b.num_reqs >= 2, settings=settings(FAST, max_examples=200), random=Random(0))
+    assert b.num_reqs == 2 and b.num_speculative_steps == 0 and b.vocab_size == 1, b.summary()
+    assert b.logits_dtype == "float32" and b.num_logprobs is None and (_ref_temps(b) == 0).all(), b.summary()
+
+
+# -- chunk caps --------------------------------------------------------------------
+
+
+@settings(FAST, max_examples=100)
+@given(st.data())
+def test_chunk_caps(data):
+    batch = data.draw(spec_batches(max_vocab=33))
+    cap = data.draw(chunk_caps(batch))
+    assert 1 <= cap <= batch.num_logits + 2
+    cands = cap_candidates(batch)
+    cu = [int(c) for c in batch.cu_num_logits]
+    for b in cu[1:]:  # every request boundary and its neighbours are candidates
+        assert {max(b - 1, 1), b, b + 1} <= set(cands)
+
+
+# -- invalid batches ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("defect", INVALID_CLASSES)
+def test_invalid_batches_raise(defect):
+    @settings(FAST, max_examples=8)
+    @given(invalid_batches(classes=[defect]))
+    def check(pair):
+        batch, field = pair
+        assert pair.defect == defect and field == EXPECTED_FIELD[defect]
+        with pytest.raises(ValueError) as info:
+            validate(batch)
+        msg = str(info.value)
+        assert msg.startswith(field + ":") or msg.startswith(field + "["), (defect, msg)
+
+    check()
+
+
+def test_invalid_batches_mix_classes():
+    """Every class is reached through `classes=[c]` (test_invalid_batches_raise); the default
+    strategy draws from all of them. Hypothesis replays mutations of an example, so a
+    300-example run sees about two thirds of the 44 classes, not all: tests that need
+    every class parametrize over INVALID_CLASSES."""
+    seen = set()
+
+    @settings(FAST, max_examples=300, derandomize=True, phases=[Phase.generate])
+    @given(invalid_batches())
+    def sweep(pair):
+        seen.add(pair.defect)
+        with pytest.raises(ValueError, match="^" + pair.expected_field):
+            validate(pair.batch)
+
+    sweep()
+    assert seen <= set(INVALID_CLASSES)
+    assert len(seen) >= len(INVALID_CLASSES) // 2, sorted(set(INVALID_CLASSES) - seen)
+
+
+def test_invalid_classes_cover_spec_section_9():
+    fields = set(EXPECTED_FIELD.values())
+    assert fields == {
+        "target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping",
+        "temperature", "seeds", "logits_dtype", "logprobs_mode", "num_logprobs",
+    }
+    for f in ("target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping", "temperature", "seeds"):
+        assert f"dtype:{f}" in INVALID_CLASSES and f"shape:{f}" in INVALID_CLASSES
