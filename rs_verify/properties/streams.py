@@ -9,8 +9,20 @@ torch) at call time only.
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
-__all__ = ["check_philox_matches_triton"]
+from .base import PropertyFailure, register
+
+__all__ = ["check_philox_matches_triton", "EDGE_SEEDS", "EDGE_OFFSETS"]
+
+INT64 = (-(2**63), 2**63 - 1)
+INT32 = (-(2**31), 2**31 - 1)
+# Values that broke ports before: the sign and word boundaries of both widths.
+EDGE_SEEDS = [-1, 0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, -(2**63), -(2**31), -(2**31) - 1]
+EDGE_OFFSETS = {
+    "int64": [0, 1, -1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, -(2**63), -(2**31)],
+    "int32": [0, 1, -1, 2**31 - 1, -(2**31), 255, 256],
+}
 
 CHAIN_ROWS = 8  # (seed, pos) pairs whose full resample chain is also checked
 CHAIN_VOCAB = 37  # tokens per chained row (not a power of two: a masked tail)
@@ -23,7 +35,7 @@ def _as_offsets(offsets, offsets_dtype) -> np.ndarray:
     raw = np.asarray(offsets)
     if raw.dtype == dtype:
         return raw
-    wide = np.array(offsets, dtype=object).astype(np.int64) if raw.dtype == object else raw.astype(np.int64)
+    wide = raw.astype(np.int64)
     info = np.iinfo(dtype)
     if wide.size and (wide.min() < info.min or wide.max() > info.max):
         raise ValueError(f"offsets do not fit in {dtype}")
@@ -71,7 +83,7 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
 
     seeds64 = np.asarray(seeds)
     if seeds64.dtype != np.int64:
-        seeds64 = np.array(seeds, dtype=object).astype(np.int64) if seeds64.dtype == object else seeds64.astype(np.int64)
+        seeds64 = seeds64.astype(np.int64)  # Python ints beyond int64 raise OverflowError
     offs = _as_offsets(offsets, offsets_dtype)
     seeds32 = seeds64.astype(np.int32)  # low 32 bits (NumPy's integer cast wraps)
     for kind, s in (("int64 seeds", seeds64), ("int32 seeds", seeds32)):
@@ -95,3 +107,25 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
                 f"reference {ref[i, t]!r} (bits 0x{int(ref.view(np.uint32)[i, t]):08x}) vs "
                 f"triton {tri[i, t]!r} (bits 0x{int(tri.view(np.uint32)[i, t]):08x})"
             )
+
+
+def _seed_offset_pairs(ctx):
+    def pairs(dtype):
+        lo, hi = INT64 if dtype == "int64" else INT32
+        seeds = st.one_of(st.sampled_from(EDGE_SEEDS), st.integers(*INT64))
+        offsets = st.one_of(st.sampled_from(EDGE_OFFSETS[dtype]), st.integers(lo, hi))
+        return st.tuples(st.just(dtype), st.lists(st.tuples(seeds, offsets), min_size=1, max_size=64))
+
+    return st.sampled_from(["int64", "int32"]).flatmap(pairs)
+
+
+@register("philox_streams", "streams", strategy=_seed_offset_pairs, needs=("triton",))
+def philox_streams(ctx, drawn) -> None:
+    """The NumPy Philox equals tl.rand / tl.randint bit for bit (int32/int64 seeds and offsets)."""
+    dtype, pairs = drawn
+    seeds = np.array([s for s, _ in pairs], dtype=np.int64)
+    offsets = np.array([o for _, o in pairs], dtype=dtype)
+    try:
+        check_philox_matches_triton(seeds, dtype, offsets)
+    except AssertionError as exc:
+        raise PropertyFailure(str(exc)) from exc

@@ -1,0 +1,33 @@
+"""The NumPy float64 reference sampler, the oracle of rs-verify (SPEC sections 2-6 and 8).
+
+`ReferenceSampler` verifies a `SpecBatch` in float64 with the SPEC random streams
+(`reference.philox`, bit for bit Triton's `tl.rand` / `tl.randint`) and can
+report every decision with its margin (`verify_with_trace`). Imports only NumPy
+and the batch contract: never torch, triton or the Triton sampler.
+"""
+
+from . import philox
+from .sampler import (
+    Decision,
+    ReferenceSampler,
+    RequestTrace,
+    acceptance_uniforms,
+    draft_probs,
+    gumbel_noise,
+    log_softmax64,
+    processed_logits,
+    target_probs,
+)
+
+__all__ = [
+    "Decision",
+    "ReferenceSampler",
+    "RequestTrace",
+    "acceptance_uniforms",
+    "draft_probs",
+    "gumbel_noise",
+    "log_softmax64",
+    "philox",
+    "processed_logits",
+    "target_probs",
+]

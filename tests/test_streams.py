@@ -1,0 +1,61 @@
+"""SPEC section 3: the NumPy Philox of `reference.philox` is Triton's `tl.randint` / `tl.rand`, bit for bit.
+
+Runs the probe kernel of `rs_verify.stream_probe` (compiled on a GPU, the
+interpreter on CPU). The values that broke ports before are always included:
+-1, 0, 2**31 - 1, 2**31, 2**32, the int64 extremes, negative and >= 2**31
+offsets, and negative int32 seeds (Triton widens a resample seed without sign
+extension).
+"""
+
+import numpy as np
+import pytest
+
+from rs_verify.properties.streams import EDGE_OFFSETS, EDGE_SEEDS, INT32, INT64, check_philox_matches_triton
+from rs_verify.runner import pytest_run
+
+pytest.importorskip("triton")
+
+
+
+def test_philox_streams_property():
+    pytest_run("philox_streams", sampler=None)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32], ids=["int64", "int32"])
+def test_philox_matches_triton_4096(dtype):
+    """4096 (seed, offset) pairs: the edge values, then uniform draws over each dtype's range."""
+    rng = np.random.default_rng(20261130)
+    n = 4096
+    lo, hi = INT64 if dtype is np.int64 else INT32
+    seeds = rng.integers(*INT64, size=n, dtype=np.int64, endpoint=True)
+    offsets = rng.integers(lo, hi, size=n, dtype=np.int64, endpoint=True).astype(dtype)
+    seeds[: len(EDGE_SEEDS)] = EDGE_SEEDS
+    offsets[: len(EDGE_OFFSETS[np.dtype(dtype).name])] = EDGE_OFFSETS[np.dtype(dtype).name]
+    # Half the seeds small, so that int32 seeds hit both signs and the zero high word.
+    seeds[n // 2 :] >>= 33
+    check_philox_matches_triton(seeds, dtype, offsets)
+
+
+def test_seed_grid_broadcasts():
+    """A seed column against an offset row (the resample layout) checks every pair."""
+    seeds = np.array(EDGE_SEEDS, dtype=np.int64)[:, None]
+    offsets = np.arange(-3, 40, dtype=np.int32)[None, :]
+    check_philox_matches_triton(seeds, np.int32, offsets)
+
+
+def test_mismatch_is_reported(monkeypatch):
+    """The check is not vacuous: a port that sign-extends int32 seeds fails it, naming the pair."""
+    from reference import philox
+
+    def sign_extending(fn):
+        def draw(seed, offsets):
+            seed = np.asarray(seed)
+            return fn(seed.astype(np.int64) if seed.dtype == np.int32 else seed, offsets)
+
+        return draw
+
+    monkeypatch.setattr(philox, "randint", sign_extending(philox.randint))
+    monkeypatch.setattr(philox, "rand", sign_extending(philox.rand))
+    seeds = np.array([7, -5, 2**32 - 5], dtype=np.int64)  # low words 7, -5, -5
+    with pytest.raises(AssertionError, match=r"int32 seeds.*first at seed=-5 \(int32\), offset=3"):
+        check_philox_matches_triton(seeds, np.int32, np.array([3, 3, 3], dtype=np.int32))
