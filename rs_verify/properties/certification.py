@@ -91,6 +91,11 @@ def compare_logprobs(batch, out, ref_out, skip_requests: set) -> str | None:
     lp, rp = out.logprobs, ref_out.logprobs
     exact = _logprob_rows(batch)
     req_of_row = probs.row_requests(batch)
+    with np.errstate(invalid="ignore"):  # -inf - -inf compares as NaN: equal values are caught first
+        return _first_logprob_difference(batch, exact, req_of_row, lp, rp, skip_requests)
+
+
+def _first_logprob_difference(batch, exact, req_of_row, lp, rp, skip_requests) -> str | None:
     for j in range(batch.num_logits):
         if int(req_of_row[j]) in skip_requests:
             continue

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: the GPU test profile, then the benchmarks.
+# Budget: about 8 minutes on one H200 (tests <= 5.5 min, benchmarks <= 2.5 min).
+# Results (logs and the dated Markdown table) go to $OUT if set, else benchmarks/results/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-benchmarks/results}
+mkdir -p "$out"
+export HYPOTHESIS_PROFILE=gpu PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+timeout 330 python -m pytest -q -p no:cacheprovider -p rs_verify.plugin tests -x --durations=15 2>&1 | tee "$out/gpu_tests.log"
+tests_rc=${PIPESTATUS[0]}
+timeout 150 python benchmarks/gpu_bench.py --out "$out/gpu_bench_$(date +%F).md" 2>&1 | tee "$out/gpu_bench.log"
+bench_rc=${PIPESTATUS[0]}
+echo "gpu tests rc=$tests_rc, benchmarks rc=$bench_rc"
+exit $(( tests_rc || bench_rc ))
