@@ -17,6 +17,12 @@ def test_distribution(prop, reference):
     pytest_run(prop, reference)
 
 
+@pytest.mark.parametrize("prop", CAMPAIGN_PROPERTIES)
+def test_distribution_triton(prop, triton_sampler):
+    """On CUDA (>= 200,000 trials per campaign in the ci and gpu profiles); skipped under the interpreter."""
+    pytest_run(prop, triton_sampler)
+
+
 # Planted biases in a copy of the reference (the files on disk stay untouched), each with the
 # campaign that must reject it at the profile's trial count.
 PLANTED = {

@@ -19,3 +19,51 @@ def buffer_within_cap(ctx, drawn) -> None:
     if rows > cap:
         raise PropertyFailure(f"processed-logits buffer of {rows} rows exceeds max_chunk_logits = {cap}",
                               batch=batch)
+
+
+SLACK_BYTES = 64 * 2**20  # allocator rounding, statistics and outputs: O(N) and O(R * K), not O(N * V)
+
+
+def large_batch(r: int = 64, k: int = 4, v: int = 152064, seed: int = 5):
+    """A Qwen-vocabulary batch with model drafts and processed logprobs (host arrays, ~200 MB)."""
+    import numpy as np
+
+    from ..batch import SpecBatch
+
+    rng = np.random.default_rng(seed)
+    n = r * (k + 1)
+    return SpecBatch(
+        target_logits=rng.standard_normal((n, v), dtype=np.float32),
+        draft_logits=rng.standard_normal((r, k, v), dtype=np.float32),
+        draft_token_ids=rng.integers(0, v, n).astype(np.int64),
+        cu_num_logits=np.arange(0, n + 1, k + 1, dtype=np.int32),
+        pos=rng.integers(0, 2**40, n).astype(np.int64),
+        idx_mapping=rng.permutation(r).astype(np.int32),
+        temperature=rng.uniform(0.5, 1.5, r).astype(np.float32),
+        seeds=rng.integers(-(2**62), 2**62, r).astype(np.int64),
+        num_speculative_steps=k,
+        num_logprobs=5,
+        logprobs_mode="processed",
+    )
+
+
+@register("peak_memory_within_cap", "memory", needs=("cuda", "chunking"))
+def peak_memory_within_cap(ctx, _drawn) -> None:
+    """On CUDA, a chunked call's peak memory beyond its inputs is at most the cap + 64 MiB."""
+    import torch
+
+    batch = large_batch()
+    cap_bytes = 32 * 2**20
+    cap_rows = max(1, cap_bytes // (batch.vocab_size * 4))
+    inputs = batch.target_logits.nbytes + batch.draft_logits.nbytes  # float32 inputs on the device
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    call(ctx.sampler, batch, max_chunk_logits=cap_rows)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base - inputs
+    if extra > cap_bytes + SLACK_BYTES:
+        raise PropertyFailure(
+            f"peak extra device memory {extra / 2**20:.1f} MiB > cap {cap_bytes / 2**20:.0f} MiB + 64 MiB "
+            f"(max_chunk_logits = {cap_rows}, {batch.summary()})"
+        )
