@@ -32,6 +32,10 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+# `pytest -p rs_verify` without the installed pytest11 entry point imports this package as
+# the plugin: point pytest at the plugin module (read by pytest only, imports nothing here).
+pytest_plugins = ["rs_verify.plugin"]
+
 
 def __getattr__(name):
     if name == "TritonSampler":

@@ -36,34 +36,57 @@ def _selected(only, skip):
 def cmd_check(args) -> int:
     from hypothesis import settings
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    from . import profiles, runner
+    from . import database, profiles, runner
+    from .bundle import DEFAULT_DIR
     from .samplers import load_sampler
 
     device = _prepare_device(args.device)
     profile = profiles.load(args.profile)
     console = Console(stderr=False)
-    sampler = load_sampler(args.sampler)
-    reference = load_sampler(args.reference) if args.reference != "none" else None
+    url = database.redis_url(args.redis)
+    if url:
+        try:
+            database.apply(url)
+        except database.DatabaseError as exc:
+            console.print(f"[red]rs-verify: {escape(str(exc))}[/]")
+            return 2
+    reference_spec = None if args.reference == "none" else args.reference
+    try:
+        sampler = load_sampler(args.sampler)
+        reference = load_sampler(reference_spec) if reference_spec else None
+    except ValueError as exc:
+        console.print(f"[red]rs-verify: {escape(str(exc))}[/]")
+        return 2
     base = settings() if args.max_examples is None else settings(max_examples=args.max_examples)
     props = _selected(args.only, args.skip)
-    console.print(f"[bold]rs-verify check[/]: sampler [cyan]{args.sampler}[/] on {device}, "
-                  f"profile {profile}, {len(props)} properties")
+    bundle_dir = None
+    if not args.no_bundles:
+        bundle_dir = args.bundle_dir or (os.path.join(args.report, "bundles") if args.report else DEFAULT_DIR)
+    options = {"profile": profile, "device": device, "runner": "cli"}
+    if args.max_examples is not None:
+        options["max_examples"] = args.max_examples
+    console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {device}, "
+                  f"profile {profile}, {len(props)} properties, example database: "
+                  f"{database.describe(settings().database)}")
     results = []
     for i, prop in enumerate(props, 1):
         ctx = runner.make_context(sampler, reference, profile=profile, device=device)
-        with console.status(f"[{i}/{len(props)}] {prop.name}: {prop.doc}"):
-            res = runner.run(prop, ctx, base)
+        with console.status(f"[{i}/{len(props)}] {prop.name}: {escape(prop.doc)}"):
+            res = runner.run(prop, ctx, base, bundle_dir=bundle_dir, sampler_spec=args.sampler,
+                             reference_spec=reference_spec, options=options)
         results.append(res)
         style = {"passed": "green", "failed": "red", "error": "red", "skipped": "yellow"}[res.status]
+        skipped = " - " + escape(res.message) if res.status == "skipped" else ""
         console.print(f"[{i}/{len(props)}] [{style}]{res.status:7}[/] {prop.name} "
-                      f"({res.examples} examples, {res.seconds:.1f} s){' - ' + res.message if res.status == 'skipped' else ''}")
+                      f"({res.examples} examples, {res.seconds:.1f} s){skipped}")
         if res.failure is not None:
             console.print(_failure_text(res.failure), markup=False, highlight=False)
     table = Table(title=f"rs-verify: {args.sampler}")
     for col in ("property", "status", "examples", "excused", "failures", "time (s)"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "property")
     for r in results:
         table.add_row(r.name, r.status, str(r.examples), str(r.excused),
                       "1" if r.status in ("failed", "error") else "0", f"{r.seconds:.1f}")
@@ -71,12 +94,110 @@ def cmd_check(args) -> int:
     failed = [r for r in results if r.status in ("failed", "error")]
     console.print(f"{sum(r.status == 'passed' for r in results)} passed, {len(failed)} failed, "
                   f"{sum(r.status == 'skipped' for r in results)} skipped")
+    if args.report:
+        from .bundle import versions
+        from .report import write_report
+
+        meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": device,
+                "database": database.describe(settings().database), "versions": versions(),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "max_examples": args.max_examples}
+        paths = write_report(results, args.report, meta=meta)
+        console.print(f"report: {paths['markdown']}, {paths['json']} and {len(paths['plots'])} plot(s) in "
+                      f"{args.report}", markup=False, highlight=False)
     return 1 if failed else 0
 
 
 def _failure_text(exc: BaseException) -> str:
     notes = "\n".join(getattr(exc, "__notes__", []))
     return f"{type(exc).__name__}: {exc}\n{notes}".rstrip()
+
+
+def cmd_replay(args) -> int:
+    """Re-run the failure stored in a bundle: exit 1 if it still fails, 0 if not, 2 if unusable."""
+    from . import bundle as bundles
+
+    try:
+        b = bundles.load(args.bundle)
+    except bundles.BundleError as exc:
+        print(f"rs-verify replay: {exc}", file=sys.stderr)
+        return 2
+    recorded = b.options.get("device")
+    device = _prepare_device(args.device or (recorded if recorded in ("cpu", "cuda") else None))
+    sampler = args.sampler or b.sampler
+    what = b.batch.summary() if b.batch is not None else "its fixed-seed campaign"
+    print(f"replaying property {b.property!r} on sampler {sampler} ({device}, profile "
+          f"{args.profile or b.options.get('profile')}); recorded with rs-verify {b.versions.get('rs_verify')}, "
+          f"sampler {b.sampler}\ninput: {what}")
+    try:
+        prop, ctx = bundles.replay_context(b, sampler=args.sampler, reference=args.reference, device=device,
+                                           profile=args.profile)
+    except (bundles.BundleError, ValueError) as exc:
+        print(f"rs-verify replay: {exc}", file=sys.stderr)
+        return 2
+    try:
+        prop.check(ctx, b.drawn)
+    except Exception as exc:  # noqa: BLE001 - the failure is the result
+        print(f"STILL FAILS: {prop.name} on {sampler}\n{_failure_text(exc)}")
+        return 1
+    print(f"PASSES: {prop.name} holds on this input for {sampler} (the bundle's failure no longer reproduces)")
+    return 0
+
+
+def bench_dirs() -> list:
+    """Where benchmark scripts are looked up: ./benchmarks, then the source tree's benchmarks/."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1] / "benchmarks"
+    dirs = [Path.cwd() / "benchmarks", here]
+    return [d for i, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:i]]]
+
+
+def benchmarks() -> dict:
+    """name -> path of every `benchmarks/<name>.py` (first directory wins)."""
+    found = {}
+    for d in bench_dirs():
+        for path in sorted(d.glob("*.py")):
+            if not path.name.startswith("_"):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def _first_doc_line(path) -> str:
+    import ast
+
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text()))
+    except (SyntaxError, OSError, UnicodeDecodeError):
+        return ""
+    return (doc or "").strip().split("\n")[0]
+
+
+def cmd_bench(args) -> int:
+    import subprocess
+
+    found = benchmarks()
+    if args.list or not (args.name or args.all):
+        if not found:
+            print("no benchmarks found (looked in: " + ", ".join(str(d) for d in bench_dirs()) + " and ./benchmarks)")
+            return 0 if args.list else 2
+        width = max(len(n) for n in found)
+        for name, path in found.items():
+            print(f"{name:{width}}  {_first_doc_line(path)}  [{path}]")
+        return 0
+    names = list(found) if args.all else [args.name.removesuffix(".py")]
+    missing = [n for n in names if n not in found]
+    if missing:
+        print(f"rs-verify bench: no benchmark {missing[0]!r}; available: {sorted(found) or 'none'}", file=sys.stderr)
+        return 2
+    worst = 0
+    for name in names:
+        cmd = [sys.executable, str(found[name]), *(args.args or [])]
+        print(f"rs-verify bench: {' '.join(cmd)}", flush=True)
+        start = time.perf_counter()
+        code = subprocess.call(cmd)
+        print(f"rs-verify bench: {name} exited {code} after {time.perf_counter() - start:.1f} s", flush=True)
+        worst = worst or code
+    return worst
 
 
 def cmd_list(args) -> int:
@@ -117,9 +238,32 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")
     check.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
     check.add_argument("--skip", nargs="+", metavar="PROPERTY", help="skip these properties")
+    check.add_argument("--report", metavar="DIR", default=None,
+                       help="write report.json, report.md and PNG plots into DIR (bundles into DIR/bundles)")
+    check.add_argument("--bundle-dir", metavar="DIR", default=None,
+                       help="where failure bundles go (default: DIR/bundles with --report, else .rs-verify/bundles)")
+    check.add_argument("--no-bundles", action="store_true", help="write no failure bundles")
+    check.add_argument("--redis", metavar="URL", default=None,
+                       help="shared Hypothesis example database redis://host:port/db (default: $RS_VERIFY_REDIS_URL); "
+                            "the local directory database is still written")
     check.set_defaults(func=cmd_check)
     lst = sub.add_parser("list", help="list the properties and built-in samplers")
     lst.set_defaults(func=cmd_list)
+    rep = sub.add_parser("replay", help="re-run the failure stored in a bundle (exit 1: still fails, 0: passes)")
+    rep.add_argument("bundle", metavar="BUNDLE", help="a .npz failure bundle written by check or the pytest plugin")
+    rep.add_argument("--sampler", default=None, help="replay on this sampler instead of the bundle's")
+    rep.add_argument("--reference", default=None, help="the oracle (default: the bundle's)")
+    rep.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                     help="default: the bundle's device, else cuda when available")
+    rep.add_argument("--profile", choices=("dev", "ci", "gpu", "nightly"), default=None,
+                     help="default: the bundle's profile (sets e.g. a distribution campaign's trials)")
+    rep.set_defaults(func=cmd_replay)
+    bench = sub.add_parser("bench", help="run the scripts under benchmarks/ (--list shows them)")
+    bench.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    bench.add_argument("--all", action="store_true", help="run every benchmark (without arguments)")
+    bench.add_argument("name", nargs="?", help="the benchmark: benchmarks/<name>.py")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark script")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -62,6 +62,15 @@ def make_context(sampler, reference=None, *, profile: str | None = None, device:
     )
 
 
+def _remember(exc: BaseException, drawn) -> None:
+    """Keep the drawn input on the exception: Hypothesis re-raises the shrunk failure, so the
+    exception that reaches `check()` carries the minimal input (for failure bundles)."""
+    try:
+        exc.rs_drawn = drawn
+    except AttributeError:  # pragma: no cover - exceptions with __slots__
+        pass
+
+
 def _annotate(exc: BaseException, prop: Property, ctx: Context, drawn) -> None:
     batch = getattr(exc, "batch", None)
     if batch is None:
@@ -80,7 +89,11 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None):
             try:
                 prop.check(ctx, None)
             except PropertyFailure as exc:
+                _remember(exc, None)
                 _annotate(exc, prop, ctx, None)
+                raise
+            except Exception as exc:
+                _remember(exc, None)
                 raise
         return fixed
 
@@ -93,7 +106,11 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None):
         try:
             prop.check(ctx, drawn)
         except PropertyFailure as exc:
+            _remember(exc, drawn)
             _annotate(exc, prop, ctx, drawn)
+            raise
+        except Exception as exc:
+            _remember(exc, drawn)
             raise
 
     # Give every (property, sampler) pair its own key in the example database.
@@ -110,9 +127,30 @@ class Result:
     excused: int = 0
     message: str = ""
     failure: BaseException | None = field(default=None, repr=False)
+    stats: dict = field(default_factory=dict, repr=False)  # ctx.stats after the run (e.g. "fits")
+    bundles: list = field(default_factory=list)  # failure bundles written (paths)
 
 
-def run(prop: Property, ctx: Context, base: settings | None = None) -> Result:
+def check(prop: Property, ctx: Context, base: settings | None = None, *, bundle_dir=None,
+          sampler_spec: str | None = None, reference_spec: str | None = None, options: dict | None = None) -> None:
+    """Run `prop` under Hypothesis and raise its (shrunk) failure.
+
+    With `bundle_dir`, every failure first writes a failure bundle there (`rs_verify.bundle`),
+    records the paths on the exception (`exc.rs_bundles`) and adds a replay command as a note.
+    """
+    try:
+        hypothesis_test(prop, ctx, base)()
+    except Exception as exc:
+        if bundle_dir is not None:
+            from . import bundle
+
+            bundle.write_failure(exc, prop, ctx, bundle_dir, sampler_spec=sampler_spec,
+                                 reference_spec=reference_spec, options=options)
+        raise
+
+
+def run(prop: Property, ctx: Context, base: settings | None = None, *, bundle_dir=None,
+        sampler_spec: str | None = None, reference_spec: str | None = None, options: dict | None = None) -> Result:
     """Run one property; never raises for a property failure (the CLI's entry point)."""
     reason = skip_reason(prop, ctx)
     if reason:
@@ -120,13 +158,15 @@ def run(prop: Property, ctx: Context, base: settings | None = None) -> Result:
     ctx.stats.clear()
     start = time.perf_counter()
     try:
-        hypothesis_test(prop, ctx, base)()
+        check(prop, ctx, base, bundle_dir=bundle_dir, sampler_spec=sampler_spec,
+              reference_spec=reference_spec, options=options)
         status, msg, failure = "passed", "", None
     except (AssertionError, Exception) as exc:  # noqa: BLE001 - reported, not swallowed
         status = "failed" if isinstance(exc, AssertionError) else "error"
         msg, failure = f"{type(exc).__name__}: {exc}", exc
     return Result(prop.name, status, time.perf_counter() - start, ctx.stats.get("examples", 0),
-                  ctx.stats.get("excused", 0), msg, failure)
+                  ctx.stats.get("excused", 0), msg, failure, dict(ctx.stats),
+                  list(getattr(failure, "rs_bundles", []) or []))
 
 
 def replay(prop_name: str, sampler_spec: str, drawn, reference_spec: str = "reference") -> None:

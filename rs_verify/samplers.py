@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 
 BUILTIN = {
     "triton": "rs_verify.triton_sampler:TritonSampler",
     "reference": "reference:ReferenceSampler",
 }
+
+
+def _import(module_name: str):
+    """Import `module_name`; like `python -m`, a module of the current directory is found too."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        top = module_name.split(".")[0]
+        if exc.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.insert(0, cwd)
+        return importlib.import_module(module_name)
 
 
 def load_sampler(spec: str, **kwargs):
@@ -21,7 +36,7 @@ def load_sampler(spec: str, **kwargs):
         raise ValueError(f"sampler {spec!r}: expected a built-in name {sorted(BUILTIN)} or 'module:attribute'")
     module_name, attr = target.split(":", 1)
     try:
-        module = importlib.import_module(module_name)
+        module = _import(module_name)
     except ImportError as exc:
         raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     obj = module
@@ -36,4 +51,9 @@ def load_sampler(spec: str, **kwargs):
         raise ValueError(f"sampler {spec!r} is an instance; options {sorted(kwargs)} cannot be applied")
     if not callable(obj):
         raise ValueError(f"sampler {spec!r} is not callable (SPEC section 10: __call__(batch, *, max_chunk_logits))")
+    if getattr(obj, "spec", None) is None:
+        try:  # how to load it again: used by reproducers and failure bundles
+            obj.spec = spec
+        except (AttributeError, TypeError):
+            pass
     return obj

@@ -1,0 +1,389 @@
+"""Failure bundles: one failing property input in one `.npz` file, replayable anywhere.
+
+A bundle holds the minimal (shrunk) failing input of one property: every `SpecBatch`
+field of the failing batch, the other drawn values (a chunk cap, a transform name, a
+seed, ...), the property name, the sampler spec (`module:attribute` or a built-in
+name), the options it ran with (profile, device, reference) and the versions of the
+software involved. Arrays are stored as `.npy` members; the metadata is one JSON
+string in the `__meta__` member (a unicode array), so `np.load(path,
+allow_pickle=False)` reads it back. A JSON sidecar (`<name>.json`) repeats the
+metadata for people and CI logs.
+
+The drawn value is stored as a JSON tree in which arrays and batches are references
+to `.npy` members: `{"$array": key}`, `{"$batch": prefix, ...scalars}`,
+`{"$tuple": [...]}`. Imports NumPy only; the runner and samplers are imported by
+`replay()` when it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .batch import ARRAY_FIELDS, SpecBatch
+
+FORMAT = "rs-verify-bundle"
+VERSION = 1
+META_KEY = "__meta__"
+DEFAULT_DIR = ".rs-verify/bundles"
+_SCALAR_FIELDS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode")
+_REQUIRED = ("format", "version", "property", "sampler", "options", "versions", "drawn", "batch")
+
+
+class BundleError(ValueError):
+    """A file that is not a readable rs-verify bundle (corrupt, foreign, or another format version)."""
+
+
+@dataclass
+class Bundle:
+    """A loaded failure bundle."""
+
+    property: str
+    sampler: str
+    reference: str | None
+    options: dict
+    versions: dict
+    message: str
+    batch: SpecBatch | None
+    drawn: Any
+    meta: dict = field(repr=False)
+    path: str | None = None
+
+    def replay_command(self) -> str:
+        return replay_command(self.path or "<bundle>")
+
+
+def replay_command(path) -> str:
+    """The one-line shell command that replays the bundle at `path`."""
+    return f"rs-verify replay {shlex.quote(str(path))}"
+
+
+# -- versions -----------------------------------------------------------------
+
+
+def versions() -> dict:
+    """Versions of Python and the packages a result depends on (without importing torch or triton)."""
+    from importlib import metadata
+
+    from . import __version__
+
+    out = {"python": platform.python_version(), "numpy": np.__version__, "rs_verify": __version__}
+    for name in ("torch", "triton", "hypothesis", "scipy"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+# -- the drawn-value tree -------------------------------------------------------
+
+
+class _Encoder:
+    """Turns a drawn value into a JSON tree plus named arrays (memoised: one batch stored once)."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+        self._memo: dict[int, Any] = {}
+        self._keep: list = []  # keep memoised objects alive so ids stay unique
+
+    def _key(self, stem: str) -> str:
+        key, i = stem, 1
+        while key in self.arrays or any(k.startswith(key + ".") for k in self.arrays):
+            key, i = f"{stem}{i}", i + 1
+        return key
+
+    def array(self, a: np.ndarray, stem: str) -> dict:
+        a = np.asarray(a)
+        if a.dtype.hasobject:
+            raise TypeError(f"cannot store an object array ({stem}) in a bundle")
+        key = self._key(stem)
+        self.arrays[key] = np.ascontiguousarray(a)
+        return {"$array": key}
+
+    def encode(self, value, stem: str):
+        if id(value) in self._memo:
+            return self._memo[id(value)]
+        tree = self._encode(value, stem)
+        if isinstance(value, (SpecBatch, np.ndarray)):
+            self._memo[id(value)] = tree
+            self._keep.append(value)
+        return tree
+
+    def _encode(self, value, stem: str):
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, (np.bool_,)):
+            return bool(value)
+        if isinstance(value, (int, np.integer)):
+            return int(value)
+        if isinstance(value, (float, np.floating)):
+            v = float(value)
+            return v if math.isfinite(v) else {"$float": repr(v)}
+        if isinstance(value, SpecBatch):
+            prefix = self._key(stem)
+            tree: dict = {"$batch": prefix}
+            for name in ARRAY_FIELDS:
+                a = getattr(value, name)
+                if a is None:
+                    tree[name] = None
+                else:
+                    key = f"{prefix}.{name}"
+                    if np.asarray(a).dtype.hasobject:
+                        raise TypeError(f"cannot store an object array ({key}) in a bundle")
+                    self.arrays[key] = np.ascontiguousarray(np.asarray(a))
+                    tree[name] = {"$array": key}
+            for name in _SCALAR_FIELDS:
+                tree[name] = self._encode(getattr(value, name), f"{prefix}.{name}")
+            return tree
+        if isinstance(value, np.ndarray):
+            return self.array(value, stem)
+        if isinstance(value, tuple):
+            items = [self.encode(v, f"{stem}.{i}") for i, v in enumerate(value)]
+            tree = {"$tuple": items}
+            if type(value) is not tuple:
+                tree["$type"] = type(value).__name__
+                extra = {k: v for k, v in vars(value).items() if isinstance(v, (int, str, bool, type(None)))}
+                if extra:
+                    tree["$attrs"] = extra
+            return tree
+        if isinstance(value, list):
+            return [self.encode(v, f"{stem}.{i}") for i, v in enumerate(value)]
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return {"$dict": {k: self.encode(v, f"{stem}.{k}") for k, v in value.items()}}
+        return {"$repr": repr(value)}
+
+
+def _decode(tree, arrays: dict):
+    if tree is None or isinstance(tree, (bool, int, float, str)):
+        return tree
+    if isinstance(tree, list):
+        return [_decode(v, arrays) for v in tree]
+    if not isinstance(tree, dict):
+        raise BundleError(f"malformed drawn value {tree!r}")
+    if "$array" in tree:
+        key = tree["$array"]
+        if key not in arrays:
+            raise BundleError(f"missing array {key!r}")
+        return arrays[key]
+    if "$float" in tree:
+        return float(tree["$float"])
+    if "$tuple" in tree:
+        return tuple(_decode(v, arrays) for v in tree["$tuple"])
+    if "$dict" in tree:
+        return {k: _decode(v, arrays) for k, v in tree["$dict"].items()}
+    if "$batch" in tree:
+        kw = {}
+        for name in ARRAY_FIELDS:
+            if name not in tree:
+                raise BundleError(f"batch {tree['$batch']!r}: missing field {name!r}")
+            kw[name] = None if tree[name] is None else _decode(tree[name], arrays)
+        for name in _SCALAR_FIELDS:
+            if name not in tree:
+                raise BundleError(f"batch {tree['$batch']!r}: missing field {name!r}")
+            kw[name] = _decode(tree[name], arrays)
+        return SpecBatch(**kw)
+    if "$repr" in tree:
+        raise BundleError(f"the drawn value {tree['$repr']} was not stored and cannot be replayed")
+    raise BundleError(f"malformed drawn value {tree!r}")
+
+
+# -- writing --------------------------------------------------------------------
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.") or "sampler"
+
+
+def save(directory, *, prop_name: str, sampler_spec: str, drawn=None, batch: SpecBatch | None = None,
+         reference_spec: str | None = None, options: dict | None = None, message: str = "",
+         name: str | None = None) -> Path:
+    """Write one bundle into `directory` and its JSON sidecar; return the `.npz` path.
+
+    The file name is `<property>-<sampler>-<hash>.npz`, the hash of the content: the same
+    failure written twice lands in the same file.
+    """
+    enc = _Encoder()
+    drawn_tree = enc.encode(drawn, "drawn")
+    batch_tree = enc.encode(batch, "batch") if batch is not None else None
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "property": prop_name,
+        "sampler": sampler_spec,
+        "reference": reference_spec,
+        "options": dict(options or {}),
+        "versions": versions(),
+        "message": message,
+        "batch_summary": batch.summary() if batch is not None else None,
+        "drawn": drawn_tree,
+        "batch": batch_tree,
+    }
+    digest = hashlib.sha1(json.dumps([prop_name, sampler_spec, drawn_tree, batch_tree]).encode())
+    for key in sorted(enc.arrays):
+        a = enc.arrays[key]
+        digest.update(f"{key}:{a.dtype.str}:{a.shape}".encode())
+        digest.update(a.tobytes())
+    meta["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = name or f"{_safe(prop_name)}-{_safe(sampler_spec)}-{digest.hexdigest()[:10]}"
+    path = directory / f"{stem}.npz"
+    meta_text = json.dumps(meta, sort_keys=True)
+    tmp = directory / f".{stem}.{os.getpid()}.tmp.npz"
+    np.savez_compressed(tmp, **{META_KEY: np.array(meta_text)}, **enc.arrays)
+    os.replace(tmp, path)
+    sidecar = dict(meta, arrays={k: {"dtype": a.dtype.str, "shape": list(a.shape)} for k, a in enc.arrays.items()},
+                   replay=replay_command(path))
+    path.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The failures in `exc`: itself, or the leaves of an exception group (Hypothesis: several bugs)."""
+    subs = getattr(exc, "exceptions", None)
+    if isinstance(subs, (list, tuple)) and subs and all(isinstance(e, BaseException) for e in subs):
+        return [leaf for sub in subs for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _note(exc: BaseException, text: str) -> None:
+    if hasattr(exc, "add_note"):
+        exc.add_note(text)
+    else:  # pragma: no cover - Python 3.10
+        exc.__notes__ = [*getattr(exc, "__notes__", []), text]
+
+
+def write_failure(exc: BaseException, prop, ctx, directory, *, sampler_spec: str | None = None,
+                  reference_spec: str | None = None, options: dict | None = None) -> list[Path]:
+    """Write one bundle per failure in `exc` (one, or several in an exception group).
+
+    Records the paths as `exc.rs_bundles` and adds a replay command to each failure's notes.
+    A bundle that cannot be written adds a note saying why and never hides the failure.
+    """
+    from .properties.base import sampler_name
+
+    spec = sampler_spec or getattr(ctx.sampler, "spec", None) or sampler_name(ctx.sampler)
+    opts = {"profile": ctx.profile, "device": ctx.device}
+    opts.update(options or {})
+    paths = []
+    for leaf in _leaves(exc):
+        if not hasattr(leaf, "rs_drawn"):
+            continue  # not raised by the property (e.g. a Hypothesis health check)
+        try:
+            path = save(directory, prop_name=prop.name, sampler_spec=spec, drawn=leaf.rs_drawn,
+                        batch=getattr(leaf, "batch", None), reference_spec=reference_spec, options=opts,
+                        message=f"{type(leaf).__name__}: {leaf}"[:2000])
+        except Exception as err:  # noqa: BLE001 - never hide the failure behind a bundle problem
+            _note(leaf, f"rs-verify: no failure bundle written ({type(err).__name__}: {err})")
+            continue
+        _note(leaf, f"failure bundle: {path}\nreplay with: {replay_command(path)}")
+        paths.append(path)
+    try:
+        exc.rs_bundles = [str(p) for p in paths]
+    except AttributeError:  # pragma: no cover
+        pass
+    return paths
+
+
+# -- reading --------------------------------------------------------------------
+
+
+def load(path) -> Bundle:
+    """Load a bundle; raise `BundleError` (a ValueError) for anything that is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise BundleError(f"{path}: no such bundle file")
+    if not zipfile.is_zipfile(path):
+        raise BundleError(f"{path}: not an rs-verify bundle (not an .npz archive)")
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise BundleError(f"{path}: not an rs-verify bundle (not a readable .npz file: {exc})") from exc
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise BundleError(f"{path}: not an rs-verify bundle (a single .npy array, not an .npz archive)")
+    with npz:
+        if META_KEY not in npz.files:
+            raise BundleError(f"{path}: not an rs-verify bundle (no {META_KEY!r} member)")
+        try:
+            meta = json.loads(str(npz[META_KEY][()]))
+        except (ValueError, TypeError, zipfile.BadZipFile, OSError) as exc:
+            raise BundleError(f"{path}: unreadable bundle metadata: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+            raise BundleError(f"{path}: not an rs-verify bundle (format {got!r}, expected {FORMAT!r})")
+        if meta.get("version") != VERSION:
+            raise BundleError(f"{path}: bundle format version {meta.get('version')!r}; this rs-verify reads "
+                              f"version {VERSION} only")
+        missing = [k for k in _REQUIRED if k not in meta]
+        if missing:
+            raise BundleError(f"{path}: bundle metadata lacks {missing}")
+        try:
+            arrays = {k: npz[k] for k in npz.files if k != META_KEY}
+        except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+            raise BundleError(f"{path}: corrupt bundle member: {exc}") from exc
+    try:
+        drawn = _decode(meta["drawn"], arrays)
+        batch = _decode(meta["batch"], arrays) if meta["batch"] is not None else None
+    except BundleError as exc:
+        raise BundleError(f"{path}: {exc}") from None
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise BundleError(f"{path}: malformed bundle content: {exc}") from exc
+    if batch is not None and not isinstance(batch, SpecBatch):
+        raise BundleError(f"{path}: the failing batch is not a SpecBatch")
+    if not isinstance(meta["options"], dict):
+        raise BundleError(f"{path}: options must be a mapping")
+    return Bundle(property=str(meta["property"]), sampler=str(meta["sampler"]), reference=meta.get("reference"),
+                  options=meta["options"], versions=meta["versions"], message=meta.get("message", ""),
+                  batch=batch, drawn=drawn, meta=meta, path=str(path))
+
+
+# -- replaying ------------------------------------------------------------------
+
+
+def replay_context(b: Bundle, *, sampler: str | None = None, reference: str | None = None,
+                   device: str | None = None, profile: str | None = None):
+    """`(property, context)` to re-run the bundle's check: its sampler, reference, profile and device
+    unless overridden. Raises `BundleError` when the property is unknown or does not apply, and
+    `ValueError` when a sampler cannot be loaded."""
+    from .properties import PROPERTIES
+    from .runner import make_context, skip_reason
+    from .samplers import load_sampler
+
+    prop = PROPERTIES.get(b.property)
+    if prop is None:
+        raise BundleError(f"property {b.property!r} of the bundle is not registered in this rs-verify "
+                          f"({len(PROPERTIES)} properties; see `rs-verify list`)")
+    ref_spec = reference if reference is not None else (b.reference or "reference")
+    ref = load_sampler(ref_spec) if "reference" in prop.needs and ref_spec != "none" else None
+    recorded = b.options.get("device")
+    ctx = make_context(load_sampler(sampler or b.sampler), ref,
+                       profile=profile or b.options.get("profile") or "dev",
+                       device=device or (recorded if recorded in ("cpu", "cuda") else None))
+    reason = skip_reason(prop, ctx)
+    if reason:
+        raise BundleError(f"property {prop.name!r} does not apply here: {reason}")
+    return prop, ctx
+
+
+def replay(b: Bundle, **overrides):
+    """Re-run the bundle's property check on its input; raise the failure if it still fails.
+
+    Keyword overrides as for `replay_context`. Returns the context (whose `stats` hold, e.g.,
+    the fits of a distribution campaign).
+    """
+    prop, ctx = replay_context(b, **overrides)
+    prop.check(ctx, b.drawn)
+    return ctx

@@ -1,0 +1,178 @@
+"""Failure bundles: round trip, the shrunk input, and rejection of anything that is not a bundle."""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from rs_verify import SpecBatch, bundle, runner
+from rs_verify.properties import Property, PropertyFailure
+
+
+def _batch(num_reqs: int, *, vocab: int = 5, model: bool = True, logprobs=None) -> SpecBatch:
+    rng = np.random.default_rng(num_reqs)
+    n = 2 * num_reqs
+    x = rng.normal(size=(n, vocab)).astype(np.float32)
+    x[0, -1] = -np.inf
+    return SpecBatch(
+        target_logits=x,
+        draft_logits=rng.normal(size=(num_reqs + 1, 1, vocab)).astype(np.float32) if model else None,
+        draft_token_ids=np.tile(np.array([0, 1], np.int64), num_reqs),
+        cu_num_logits=(2 * np.arange(num_reqs + 1)).astype(np.int32),
+        pos=np.arange(n, dtype=np.int64) + 2**40,
+        idx_mapping=np.arange(num_reqs, dtype=np.int32)[::-1].copy(),
+        temperature=np.linspace(0, 2, num_reqs + 1).astype(np.float32),
+        seeds=np.array([-(2**63), *range(num_reqs)], np.int64),
+        num_speculative_steps=1,
+        logits_dtype="float32",
+        num_logprobs=logprobs,
+        logprobs_mode="processed",
+    )
+
+
+def _same_batch(a: SpecBatch, b: SpecBatch) -> None:
+    for name in ("target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping",
+                 "temperature", "seeds"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x is None or y is None:
+            assert x is None and y is None, name
+            continue
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert np.array_equal(x.view(np.uint8), y.view(np.uint8)), name  # bit for bit (NaN, -inf, -0.0)
+    for name in ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode"):
+        assert getattr(a, name) == getattr(b, name), name
+
+
+@pytest.mark.parametrize("model", [True, False], ids=["model-drafts", "one-hot"])
+def test_round_trip(tmp_path, model):
+    b = _batch(3, model=model, logprobs=2 if model else None)
+    drawn = (b, 7, "permute", np.array([3, 1, 2], np.int32), None, 2**63 - 1, float("nan"))
+    path = bundle.save(tmp_path, prop_name="chunked_equals_full", sampler_spec="pkg.mod:factory", drawn=drawn,
+                       batch=b, reference_spec="reference", options={"profile": "ci", "device": "cpu"},
+                       message="PropertyFailure: boom")
+    # A plain npz, readable without pickles, plus a JSON sidecar with the same metadata.
+    with np.load(path, allow_pickle=False) as raw:
+        meta = json.loads(str(raw[bundle.META_KEY][()]))
+    side = json.loads(path.with_suffix(".json").read_text())
+    assert meta["property"] == side["property"] == "chunked_equals_full"
+    assert side["replay"] == f"rs-verify replay {path}"
+    assert set(meta["versions"]) >= {"python", "numpy", "torch", "triton", "hypothesis", "rs_verify"}
+
+    got = bundle.load(path)
+    assert (got.property, got.sampler, got.reference) == ("chunked_equals_full", "pkg.mod:factory", "reference")
+    assert got.options == {"profile": "ci", "device": "cpu"} and got.message == "PropertyFailure: boom"
+    _same_batch(got.batch, b)
+    assert isinstance(got.drawn, tuple) and len(got.drawn) == 7
+    _same_batch(got.drawn[0], b)
+    assert got.drawn[1:3] == (7, "permute")
+    assert got.drawn[3].dtype == np.int32 and got.drawn[3].tolist() == [3, 1, 2]
+    assert got.drawn[4] is None and got.drawn[5] == 2**63 - 1 and np.isnan(got.drawn[6])
+    assert meta["batch"]["$batch"] == meta["drawn"]["$tuple"][0]["$batch"]
+    # The same failure written twice lands in the same file.
+    again = bundle.save(tmp_path, prop_name="chunked_equals_full", sampler_spec="pkg.mod:factory", drawn=drawn,
+                        batch=b, reference_spec="reference", options={"profile": "ci", "device": "cpu"})
+    assert again == path
+
+
+def _toy_property():
+    """Fails when the batch has >= 2 requests and the cap is >= 3: the shrunk input is (2 requests, 3)."""
+
+    def check(ctx, drawn):
+        batch, cap = drawn
+        ctx.count("calls")
+        if batch.num_reqs >= 2 and cap >= 3:
+            raise PropertyFailure(f"R={batch.num_reqs}, cap={cap}", batch=batch)
+
+    strategy = st.tuples(st.integers(1, 9).map(_batch), st.integers(1, 1000))
+    return Property("toy_chunking", "equivalence", "toy", check, strategy=lambda ctx: strategy)
+
+
+def test_failure_bundle_holds_the_shrunk_input(tmp_path):
+    prop = _toy_property()
+    ctx = runner.make_context(sampler=lambda b, **kw: None, profile="ci", device="cpu")
+    base = settings(max_examples=200, database=None, derandomize=True)
+    res = runner.run(prop, ctx, base, bundle_dir=tmp_path, sampler_spec="pkg.mod:sampler",
+                     options={"note": "test"})
+    assert res.status == "failed" and len(res.bundles) == 1
+    assert ctx.stats["calls"] > 1  # several inputs were tried: the bundle is the last, minimal one
+    b = bundle.load(res.bundles[0])
+    assert b.batch.num_reqs == 2 and b.drawn[1] == 3  # the minimal failing input, not the first one found
+    _same_batch(b.drawn[0], _batch(2))
+    assert b.options["profile"] == "ci" and b.options["note"] == "test"
+    assert "replay with: rs-verify replay" in "\n".join(res.failure.__notes__)
+
+
+def test_replay_reruns_the_check(tmp_path, monkeypatch):
+    """bundle.replay re-runs the stored property on the stored input against the stored sampler."""
+    from rs_verify.properties import PROPERTIES
+
+    path = bundle.save(tmp_path, prop_name="planner", sampler_spec="reference",
+                       drawn=(np.array([0, 3, 4, 9], np.int32), 4), options={"profile": "ci", "device": "cpu"})
+    b = bundle.load(path)
+    bundle.replay(b)  # the real planner is right: passes
+    seen = []
+    real = PROPERTIES["planner"]
+    monkeypatch.setitem(PROPERTIES, "planner", Property("planner", "planner", "", lambda ctx, d: seen.append(d),
+                                                        strategy=real.strategy))
+    bundle.replay(b)
+    assert seen[0][0].tolist() == [0, 3, 4, 9] and seen[0][1] == 4
+
+
+def _corrupt(tmp_path, name, members: dict):
+    path = tmp_path / name
+    np.savez(path, **members)
+    return path
+
+
+@pytest.mark.parametrize("case", ["missing", "text", "npy", "truncated", "no-meta", "foreign", "version",
+                                  "bad-json", "missing-key", "missing-array", "pickled"])
+def test_corrupt_or_foreign_bundle_is_rejected(tmp_path, case):
+    good = bundle.save(tmp_path, prop_name="determinism", sampler_spec="reference", drawn=_batch(2),
+                       batch=_batch(2), options={"profile": "ci"})
+    with np.load(good, allow_pickle=False) as raw:
+        members = {k: raw[k] for k in raw.files}
+    meta = json.loads(str(members[bundle.META_KEY][()]))
+
+    def with_meta(**changes):
+        m = dict(meta, **changes)
+        return dict(members, **{bundle.META_KEY: np.array(json.dumps(m))})
+
+    if case == "missing":
+        path = tmp_path / "nope.npz"
+    elif case == "text":
+        path = tmp_path / "text.npz"
+        path.write_text("not a bundle")
+    elif case == "npy":
+        path = tmp_path / "array.npz"
+        with open(path, "wb") as f:
+            np.save(f, np.zeros(3))
+    elif case == "truncated":
+        path = tmp_path / "cut.npz"
+        path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    elif case == "no-meta":
+        path = _corrupt(tmp_path, "nometa.npz", {"x": np.zeros(3)})
+    elif case == "foreign":
+        path = _corrupt(tmp_path, "foreign.npz", with_meta(format="someone-else"))
+    elif case == "version":
+        path = _corrupt(tmp_path, "v99.npz", with_meta(version=99))
+    elif case == "bad-json":
+        path = _corrupt(tmp_path, "badjson.npz", dict(members, **{bundle.META_KEY: np.array("{not json")}))
+    elif case == "missing-key":
+        m = {k: v for k, v in meta.items() if k != "sampler"}
+        path = _corrupt(tmp_path, "nokey.npz", dict(members, **{bundle.META_KEY: np.array(json.dumps(m))}))
+    elif case == "missing-array":
+        path = _corrupt(tmp_path, "noarr.npz", {k: v for k, v in members.items() if not k.endswith(".pos")})
+    else:  # an object array: np.load(allow_pickle=False) refuses it, and so does load()
+        path = tmp_path / "pickled.npz"
+        with zipfile.ZipFile(path, "w") as z:
+            for k, v in members.items():
+                with z.open(f"{k}.npy", "w") as f:
+                    np.save(f, v)
+            with z.open("evil.npy", "w") as f:
+                np.save(f, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(bundle.BundleError) as info:
+        bundle.load(path)
+    assert isinstance(info.value, ValueError) and str(path) in str(info.value)

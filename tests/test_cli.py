@@ -1,0 +1,120 @@
+"""The `rs-verify` command line: list, check with a report, replay errors, bench; and the report plots."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rs_verify import SpecBatch
+from rs_verify.properties import PROPERTIES, PropertyFailure
+from rs_verify.properties.distribution import Fit
+from rs_verify.runner import Result
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def cli(*args, cwd=ROOT, timeout=600):
+    env = dict(os.environ, COLUMNS="200")  # rich tables wide enough that names are not cut
+    return subprocess.run([sys.executable, "-m", "rs_verify.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def test_list_shows_every_property():
+    out = cli("list")
+    assert out.returncode == 0, out.stderr
+    for name in PROPERTIES:
+        assert name in out.stdout
+    assert "reference:ReferenceSampler" in out.stdout
+
+
+def test_check_writes_table_report_and_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = tmp_path / "report"
+    out = cli("check", "--sampler", "reference", "--only", "planner", "closed_forms", "--profile", "dev",
+              "--device", "cpu", "--report", str(report))
+    assert out.returncode == 0, out.stdout + out.stderr
+    for col in ("property", "status", "examples", "excused", "failures", "time (s)"):
+        assert col in out.stdout
+    assert "2 passed, 0 failed, 0 skipped" in out.stdout
+    doc = json.loads((report / "report.json").read_text())
+    assert [r["property"] for r in doc["results"]] == ["closed_forms", "planner"]  # registry order
+    assert doc["summary"] == {"passed": 2, "failed": 0, "skipped": 0}
+    assert doc["meta"]["sampler"] == "reference" and doc["meta"]["profile"] == "dev"
+    closed = doc["results"][0]
+    assert closed["fits"] and all(0.0 <= f["pvalue"] <= 1.0 for f in closed["fits"])
+    md = (report / "report.md").read_text()
+    assert "| property | status | examples | excused | failures | time (s) |" in md
+    assert "![closed_forms frequencies](closed_forms.png)" in md
+    assert (report / "closed_forms.png").read_bytes().startswith(PNG)
+    assert not (report / "bundles").exists()  # nothing failed, no bundle
+
+
+def test_check_only_planner(tmp_path):
+    """The brief's command: one property, no fits, so a report without plots."""
+    out = cli("check", "--sampler", "reference", "--only", "planner", "--profile", "ci", "--device", "cpu",
+              "--report", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "planner" in out.stdout and "1 passed, 0 failed, 0 skipped" in out.stdout
+    assert json.loads((tmp_path / "report.json").read_text())["results"][0]["status"] == "passed"
+    assert (tmp_path / "report.md").exists()
+
+
+def test_replay_rejects_a_foreign_file(tmp_path):
+    junk = tmp_path / "junk.npz"
+    junk.write_text("hello")
+    out = cli("replay", str(junk))
+    assert out.returncode == 2 and "not an rs-verify bundle" in out.stderr
+
+
+def test_bench_list_and_unknown(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "toy_bench.py").write_text('"""A toy benchmark."""\nimport sys\nprint("ran", sys.argv[1:])\n')
+    listed = cli("bench", "--list", cwd=tmp_path)
+    assert listed.returncode == 0 and "toy_bench" in listed.stdout and "A toy benchmark." in listed.stdout
+    ran = cli("bench", "toy_bench", "--fast", cwd=tmp_path)
+    assert ran.returncode == 0 and "ran ['--fast']" in ran.stdout
+    missing = cli("bench", "no_such_bench", cwd=tmp_path)
+    assert missing.returncode == 2 and "no benchmark" in missing.stderr
+
+
+def _chunk_batch() -> SpecBatch:
+    cu = np.array([0, 3, 4, 9, 11], np.int32)
+    n = int(cu[-1])
+    return SpecBatch(
+        target_logits=np.zeros((n, 4), np.float32), draft_logits=None,
+        draft_token_ids=np.zeros(n, np.int64), cu_num_logits=cu, pos=np.arange(n, dtype=np.int64),
+        idx_mapping=np.arange(4, dtype=np.int32), temperature=np.ones(4, np.float32),
+        seeds=np.zeros(4, np.int64), num_speculative_steps=4,
+    )
+
+
+def test_report_plots_every_kind(tmp_path):
+    pytest.importorskip("matplotlib")
+    from rs_verify.report import write_report
+
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(6))
+    fits = [Fit(f"T=1.0 position {i}", 1000, rng.multinomial(1000, p).astype(float), p, 3.0, 0.5) for i in range(3)]
+    lengths = np.array([0.5, 0.3, 0.2])
+    fits.append(Fit("T=1.0 acceptance length", 1000, np.array([480.0, 320, 200]), lengths, 1.0, 0.6))
+    campaign = Result("distribution_model_drafts", "passed", 1.0, 1, stats={"fits": fits})
+    exc = PropertyFailure("chunked output differs", batch=_chunk_batch())
+    exc.rs_drawn = (exc.batch, 5)
+    chunked = Result("chunked_equals_full", "failed", 0.5, 7, message=str(exc), failure=exc,
+                     bundles=["b.npz"])
+    paths = write_report([campaign, chunked], tmp_path, meta={"sampler": "toy"})
+    names = sorted(p.name for p in paths["plots"])
+    assert names == ["chunked_equals_full-chunks.png", "distribution_model_drafts-acceptance.png",
+                     "distribution_model_drafts.png"]
+    for path in paths["plots"]:
+        assert path.read_bytes().startswith(PNG)
+    doc = json.loads(paths["json"].read_text())
+    failed = doc["results"][1]
+    assert failed["failing_cap"] == 5 and failed["bundles"] == ["b.npz"] and failed["failures"] == 1
+    md = paths["markdown"].read_text()
+    assert "rs-verify replay b.npz" in md and "chunk cap: 5" in md
