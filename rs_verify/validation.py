@@ -97,65 +97,84 @@ def _check_layout(batch: SpecBatch) -> None:
     if bad.any():
         i = _first(bad)
         _fail("idx_mapping", i, f"state {idx[i]} out of range [0, {batch.num_states})")
-    seen = np.zeros(batch.num_states, bool)
-    for i, st in enumerate(idx):
-        if seen[st]:
-            _fail("idx_mapping", i, f"state {st} repeated")
-        seen[st] = True
+    order = np.argsort(idx, kind="stable")
+    dup = np.zeros(idx.shape[0], bool)
+    dup[order[1:]] = idx[order[1:]] == idx[order[:-1]]
+    if dup.any():
+        i = _first(dup)
+        _fail("idx_mapping", i, f"state {idx[i]} repeated")
     if (batch.pos < 0).any():
         i = _first(batch.pos < 0)
         _fail("pos", i, f"negative position {batch.pos[i]}")
 
 
+SLAB_ELEMS = 1 << 22  # scan big logits arrays in slabs of rows: bounded temporaries
+
+
+def _row_slabs(n_rows: int, width: int):
+    step = max(1, SLAB_ELEMS // max(1, width))
+    for lo in range(0, n_rows, step):
+        yield lo, min(n_rows, lo + step)
+
+
+def _scan_rows(x: np.ndarray, v_eff: int, dtype: str, field: str, index_of) -> np.ndarray:
+    """Check rows of logits (NaN, +inf, no finite logit in [0, V'), representability) and
+    return each row's largest finite |value|. `index_of(row, col)` names an offending entry."""
+    absmax = np.zeros(x.shape[0], np.float64)
+    for lo, hi in _row_slabs(x.shape[0], x.shape[1]):
+        rows = x[lo:hi]
+        bad = np.isnan(rows) | (rows == np.inf)
+        if bad.any():
+            i, j = _first(bad)
+            _fail(field, index_of(lo + i, j), "NaN or +inf logit")
+        finite = np.isfinite(rows)
+        empty = ~finite[:, :v_eff].any(axis=1)
+        if empty.any():
+            _fail(field, index_of(lo + _first(empty), None), f"row has no finite logit in [0, {v_eff})")
+        rep = ~_representable(rows, dtype)
+        if rep.any():
+            i, j = _first(rep)
+            _fail(field, index_of(lo + i, j), f"value not representable in {dtype}")
+        absmax[lo:hi] = np.where(finite, np.abs(rows), 0).max(axis=1, initial=0.0)
+    return absmax
+
+
 def _check_values(batch: SpecBatch) -> None:
     v_eff = batch.effective_vocab_size
     cu = batch.cu_num_logits.astype(np.int64)
+    n_rows = np.diff(cu)
     states = batch.idx_mapping.astype(np.int64)
-    temp = batch.temperature
-    for i, st in enumerate(states):
-        t = float(temp[st])
-        if not np.isfinite(t) or t < 0:
-            _fail("temperature", int(st), f"must be finite and >= 0, got {t} (request {i})")
-    x = batch.target_logits
-    bad = np.isnan(x) | (x == np.inf)
+    temp = batch.temperature[states].astype(np.float64)
+    bad = ~np.isfinite(temp) | (temp < 0)
     if bad.any():
-        _fail("target_logits", _first(bad), "NaN or +inf logit")
-    bad_rows = ~np.isfinite(x[:, :v_eff]).any(axis=1)
-    if bad_rows.any():
-        _fail("target_logits", _first(bad_rows), f"row has no finite logit in [0, {v_eff})")
-    rep = ~_representable(x, batch.logits_dtype)
-    if rep.any():
-        _fail("target_logits", _first(rep), f"value not representable in {batch.logits_dtype}")
+        r = _first(bad)
+        _fail("temperature", int(states[r]), f"must be finite and >= 0, got {temp[r]} (request {r})")
+    # Verified draft ids: every row of a request but its first holds one (row j verifies id j + 1).
+    first_row = np.zeros(batch.num_logits, bool)
+    first_row[cu[:-1]] = True
+    bad = ~first_row & (batch.draft_token_ids >= v_eff)
+    if bad.any():
+        _fail("draft_token_ids", _first(bad), f"draft id >= V' = {v_eff}")
+    absmax = _scan_rows(batch.target_logits, v_eff, batch.logits_dtype, "target_logits",
+                        lambda i, j: i if j is None else (i, j))
+    # Largest finite |logit| per request, target rows and the draft rows it verifies.
+    req_absmax = np.zeros(batch.num_reqs)
+    if batch.num_logits:
+        req_absmax = np.maximum.reduceat(absmax, cu[:-1]) if batch.num_reqs else req_absmax
     dl = batch.draft_logits
-    for r, st in enumerate(states):
-        rows = slice(cu[r], cu[r + 1])
-        n_r = cu[r + 1] - cu[r] - 1
-        ids = batch.draft_token_ids[cu[r] + 1 : cu[r + 1]]
-        if (ids >= v_eff).any():
-            _fail("draft_token_ids", int(cu[r] + 1 + _first(ids >= v_eff)), f"draft id >= V' = {v_eff}")
-        t = float(temp[st])
-        absmax = _finite_absmax(x[rows])
-        if dl is not None and n_r > 0:
-            d = dl[st, :n_r]
-            bad = np.isnan(d) | (d == np.inf)
-            if bad.any():
-                i, j = _first(bad)
-                _fail("draft_logits", (int(st), i, j), "NaN or +inf logit")
-            empty = ~np.isfinite(d[:, :v_eff]).any(axis=1)
-            if empty.any():
-                _fail("draft_logits", (int(st), _first(empty)), f"row has no finite logit in [0, {v_eff})")
-            rep = ~_representable(d, batch.logits_dtype)
-            if rep.any():
-                i, j = _first(rep)
-                _fail("draft_logits", (int(st), i, j), f"value not representable in {batch.logits_dtype}")
-            absmax = max(absmax, _finite_absmax(d))
-        if t > 0 and t != 1 and absmax / t > FLOAT32_MAX:
-            _fail("temperature", int(st), f"{t} overflows float32 for a logit of magnitude {absmax}")
-
-
-def _finite_absmax(a: np.ndarray) -> float:
-    f = np.abs(a[np.isfinite(a)])
-    return float(f.max()) if f.size else 0.0
+    if dl is not None and batch.num_reqs:
+        req = np.repeat(np.arange(batch.num_reqs), n_rows - 1)
+        step = np.arange(req.shape[0]) - np.repeat(np.cumsum(n_rows - 1) - (n_rows - 1), n_rows - 1)
+        if req.size:
+            used = dl[states[req], step]
+            d_abs = _scan_rows(used, v_eff, batch.logits_dtype, "draft_logits",
+                               lambda i, j: (int(states[req[i]]), int(step[i])) + (() if j is None else (j,)))
+            np.maximum.at(req_absmax, req, d_abs)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        overflow = (temp > 0) & (temp != 1) & (req_absmax / np.where(temp > 0, temp, 1) > FLOAT32_MAX)
+    if overflow.any():
+        r = _first(overflow)
+        _fail("temperature", int(states[r]), f"{temp[r]} overflows float32 for a logit of magnitude {req_absmax[r]}")
 
 
 def validate(batch: SpecBatch) -> SpecBatch:
