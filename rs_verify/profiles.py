@@ -25,7 +25,7 @@ _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_
 settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=_SLOW_OK)
 settings.register_profile(
     "ci",
-    max_examples=20,
+    max_examples=40,
     derandomize=True,
     deadline=None,
     database=None,
@@ -43,8 +43,8 @@ settings.register_profile(
 # examples on empty batches): the interpreter costs a few ms per Triton program instance,
 # so CPU profiles keep grids small; the GPU profile draws Qwen-scale vocabularies too.
 BATCH_KWARGS = {
-    "dev": dict(min_reqs=1, max_reqs=4, max_spec_steps=4, max_vocab=300),
-    "ci": dict(min_reqs=1, max_reqs=4, max_spec_steps=4, max_vocab=300),
+    "dev": dict(min_reqs=1, max_reqs=6, max_spec_steps=4, max_vocab=300),
+    "ci": dict(min_reqs=1, max_reqs=6, max_spec_steps=4, max_vocab=300),
     "gpu": dict(min_reqs=1, max_reqs=16, max_spec_steps=8, max_vocab=152064),
     "nightly": dict(max_reqs=8, max_spec_steps=8, max_vocab=1025),
 }

@@ -6,7 +6,9 @@ import numpy as np
 
 from .. import probs
 from .base import PropertyFailure, call, event, register
+from .certification import REPLICAS
 from .inputs import batches
+from .transforms import reseeded_copies
 
 # A resampled token must have positive residual mass p - q > 0. Production samplers
 # compute p and q in float32, so a token whose float64 residual is negative by less
@@ -68,8 +70,9 @@ def _check_resample(batch, r, i, token, draft, p, q) -> None:
 
 
 @register("output_invariants", "invariants", strategy=batches)
-def output_invariants(ctx, batch) -> None:
+def output_invariants(ctx, drawn) -> None:
     """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
+    batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
     out = call(ctx.sampler, batch)
     check_output_invariants(batch, out)
 
