@@ -1,0 +1,262 @@
+"""Triton kernels of the production rejection sampler (SPEC sections 2-6).
+
+One code path for CUDA and the interpreter: plain `tl` only (no libdevice).
+Every program works on one target row or one request and reduces over the
+vocabulary in blocks of the constexpr `BLOCK_V` with a fixed lane layout, so a
+row's result never depends on the batch, the chunk or the other rows.
+All row / state offsets are int64 (`row * V` must not overflow int32); every
+load and store is masked or uses indices clamped into range, so a sampler run
+without validation never touches memory outside its tensors.
+"""
+
+import triton
+import triton.language as tl
+
+# SPEC section 3: the smallest uniform and Triton's rand scale.
+TINY = tl.constexpr(4.6566127342e-10)
+NEG_INF = tl.constexpr(float("-inf"))
+BIG_INDEX = tl.constexpr(2147483647)
+# Residual tokens need log p(x) above this: a probability below the float64 range
+# (~1e-323) is zero for the float64 reference, so a residual whose whole mass
+# lies there falls back to p, as the reference's does (see _resample).
+LOG_P_MIN = tl.constexpr(-744.0)
+# Draft steps verified together by one program (a fixed vector width, not K).
+STEP_BLOCK = tl.constexpr(16)
+
+
+# ---------------------------------------------------------------------------
+# Per-element formulas are written inline: under the interpreter every call of
+# a nested @triton.jit function costs about a millisecond.
+#   processed logits (SPEC 2): z = div_rn(fp32(x), t_div), t_div = 1 for greedy
+#     rows and T == 1 (x / 1 is exact); NaN is read as -inf so unvalidated NaN
+#     rows never win an argmax.
+#   log(1 - v) for small v without log1p (Goldberg): w = 1 - v;
+#     log(w) * -v / (w - 1), or -v when w == 1.
+#   log(1 - e^a), a < 0, i.e. log(-expm1(a)), with Kahan's expm1:
+#     (e - 1) * a / log(e), e = exp(a) (a when e == 1, -1 when e == 0).
+#   Gumbel noise (SPEC 3): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY).
+# ---------------------------------------------------------------------------
+
+
+# -- row reductions ---------------------------------------------------------
+@triton.jit
+def _row_stats(row_ptr, n, t_div, BLOCK_V: tl.constexpr):
+    """Max, sum of exp(z - max) and argmax (lowest index on ties) of z over [0, n).
+
+    Per-lane online accumulators (one exp per element), reduced across lanes
+    once at the end: the order is fixed by BLOCK_V alone.
+    """
+    offs = tl.arange(0, BLOCK_V)
+    m_vec = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    s_vec = tl.zeros([BLOCK_V], tl.float32)
+    i_vec = tl.zeros([BLOCK_V], tl.int32)
+    for start in range(0, n, BLOCK_V):
+        idx = start + offs
+        mask = idx < n
+        z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        z = tl.where(z == z, z, NEG_INF)
+        gt = z > m_vec
+        e = tl.exp(tl.where(gt, m_vec - z, z - m_vec))
+        e = tl.where(z == NEG_INF, 0.0, e)
+        s_vec = tl.where(gt, s_vec * e + 1.0, s_vec + e)
+        i_vec = tl.where(gt, idx, i_vec)
+        m_vec = tl.where(gt, z, m_vec)
+    m = tl.max(m_vec, 0)
+    live = m_vec != NEG_INF
+    scale = tl.exp(tl.where(live, m_vec - m, 0.0))
+    s = tl.sum(tl.where(live, s_vec * scale, 0.0), 0)
+    arg = tl.min(tl.where(m_vec == m, i_vec, BIG_INDEX), 0)
+    arg = tl.where(arg == BIG_INDEX, 0, arg)
+    return m, s, arg
+
+
+@triton.jit
+def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl,
+              HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
+    """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index.
+
+    r = max(p - q, 0) when `use_q` (model drafts; in the log domain:
+    log r = log p + log(1 - q / p) where p > q and p is within float64 range),
+    p with r(excl) = 0 (one-hot drafts; excl = -1 for none); falls back to
+    argmax_x (log p(x) + G_x) when no token has a finite residual score (no
+    positive mass). Both argmaxes are tracked in the same pass.
+    """
+    offs = tl.arange(0, BLOCK_V)
+    best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_ri = tl.zeros([BLOCK_V], tl.int32)
+    best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_pi = tl.zeros([BLOCK_V], tl.int32)
+    for start in range(0, n, BLOCK_V):
+        idx = start + offs
+        mask = idx < n
+        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        z = tl.where(z == z, z, NEG_INF)
+        log_p = (z - m) - log_s
+        v = tl.maximum(tl.rand(g, idx), TINY)
+        w = 1.0 - v
+        log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
+        gum = -tl.log(-log1m_v)
+        sp = log_p + gum
+        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+        if HAS_DRAFT:
+            zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
+            zq = tl.div_rn(zq.to(tl.float32), t_div)
+            zq = tl.where(zq == zq, zq, NEG_INF)
+            log_q = (zq - q_m) - q_log_s
+            pos_mass = (log_p > log_q) & (log_p > LOG_P_MIN)
+            a = tl.where(pos_mass, log_q - log_p, -1.0)
+            e = tl.exp(a)
+            log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
+            em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
+            sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
+            sr = tl.where(use_q, sq, sp)
+        else:
+            sr = tl.where(idx == excl, NEG_INF, sp)
+        sr = tl.where(mask & (sr == sr), sr, NEG_INF)
+        up = sp > best_p
+        best_p = tl.where(up, sp, best_p)
+        best_pi = tl.where(up, idx, best_pi)
+        ur = sr > best_r
+        best_r = tl.where(ur, sr, best_r)
+        best_ri = tl.where(ur, idx, best_ri)
+    mp = tl.max(best_p, 0)
+    ip = tl.min(tl.where(best_p == mp, best_pi, BIG_INDEX), 0)
+    mr = tl.max(best_r, 0)
+    ir = tl.min(tl.where(best_r == mr, best_ri, BIG_INDEX), 0)
+    tok = tl.where(mr > NEG_INF, ir, ip)
+    return tl.where((tok >= 0) & (tok < n), tok, 0)
+
+
+# -- kernels ----------------------------------------------------------------
+@triton.jit(do_not_specialize=["row_off", "N", "R", "S", "K", "Vp"])
+def row_stats_kernel(
+    target_ptr, draft_ptr, req_of_row_ptr, cu_ptr, idx_ptr, temp_ptr,
+    t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr,
+    row_off, N, R, S, K, V, Vd, Vp,
+    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """Grid: target rows of a chunk. Max / log-sum-exp / argmax of z over [0, V') per row
+    and, for model drafts, max / log-sum-exp of draft / T for the (request, step) the row verifies."""
+    j = tl.program_id(0).to(tl.int64) + row_off
+    j = tl.minimum(tl.maximum(j, 0), N - 1)
+    r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    t_div = tl.where(temp == 0.0, 1.0, temp)
+    m, sum_exp, arg = _row_stats(target_ptr + j * V, Vp, t_div, BLOCK_V)
+    tl.store(t_max_ptr + j, m)
+    tl.store(t_logsum_ptr + j, tl.log(sum_exp))
+    tl.store(t_arg_ptr + j, arg)
+    if HAS_DRAFT:
+        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
+        n_r = tl.minimum(tl.maximum(end - start - 1, 0), K)
+        i = j - start
+        if (i >= 0) & (i < n_r) & (temp != 0.0):
+            dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, Vp, t_div, BLOCK_V)
+            tl.store(d_max_ptr + j, dm)
+            tl.store(d_logsum_ptr + j, tl.log(ds))
+
+
+@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp"])
+def verify_kernel(
+    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
+    t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr,
+    sampled_ptr, num_sampled_ptr,
+    req_off, N, R, S, K, V, Vd, Vp,
+    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """Grid: requests of a chunk. Acceptance tests of SPEC section 4, then one resample
+    (first rejection) or bonus draw. `sampled` is pre-filled with -1."""
+    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    seed = tl.load(seeds_ptr + s)
+    greedy = temp == 0.0
+    t_div = tl.where(greedy, 1.0, temp)
+    start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
+    end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
+    n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
+    out_row = sampled_ptr + r * (K + 1)
+
+    # The acceptance tests of all steps are independent: evaluate them STEP_BLOCK
+    # steps at a time, t = the first rejected step (n when all are accepted).
+    t = n
+    for kb in range(0, n, STEP_BLOCK):
+        i_vec = kb + tl.arange(0, STEP_BLOCK)
+        smask = i_vec < n
+        j_vec = start + i_vec
+        d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)
+        ok = smask & (d >= 0) & (d < Vp)
+        d_safe = tl.where(ok, d, 0)
+        if greedy:
+            acc = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
+        else:
+            u = tl.maximum(tl.rand(seed, tl.load(pos_ptr + j_vec, mask=smask, other=0)), TINY)
+            zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
+            zd = tl.div_rn(zd.to(tl.float32), t_div)
+            zd = tl.where(zd == zd, zd, NEG_INF)
+            log_p = (zd - tl.load(t_max_ptr + j_vec, mask=smask, other=0.0)) \
+                - tl.load(t_logsum_ptr + j_vec, mask=smask, other=0.0)
+            thr = tl.log(u)
+            if HAS_DRAFT:
+                zq = tl.load(draft_ptr + (s * K + i_vec) * Vd + d_safe, mask=smask, other=NEG_INF)
+                zq = tl.div_rn(zq.to(tl.float32), t_div)
+                zq = tl.where(zq == zq, zq, NEG_INF)
+                thr = thr + ((zq - tl.load(d_max_ptr + j_vec, mask=smask, other=0.0))
+                             - tl.load(d_logsum_ptr + j_vec, mask=smask, other=0.0))
+            acc = ok & (log_p > thr)
+        t = tl.minimum(t, tl.min(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0))
+        tl.store(out_row + i_vec, d, mask=smask & (i_vec < t))
+
+    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
+    if greedy:
+        tok = tl.load(t_arg_ptr + jt)
+    else:
+        has_d = t < n
+        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
+        ok_t = has_d & (d_t >= 0) & (d_t < Vp)
+        g = tl.randint(seed, tl.load(pos_ptr + jt))
+        m = tl.load(t_max_ptr + jt)
+        log_s = tl.load(t_logsum_ptr + jt)
+        t_row = target_ptr + jt * V
+        if HAS_DRAFT:
+            q_m = tl.load(d_max_ptr + jt, mask=ok_t, other=0.0)
+            q_log_s = tl.load(d_logsum_ptr + jt, mask=ok_t, other=0.0)
+            q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
+            tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
+                            HAS_DRAFT, BLOCK_V)
+        else:
+            excl = tl.where(ok_t, d_t, -1)
+            tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
+                            HAS_DRAFT, BLOCK_V)
+    tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
+    tl.store(out_row + t, tok.to(tl.int64))
+    tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32))
+
+
+@triton.jit(do_not_specialize=["row_off", "N", "R", "S"])
+def log_softmax_kernel(
+    target_ptr, out_ptr, req_of_row_ptr, idx_ptr, temp_ptr,
+    row_off, N, R, S, V, PROCESSED,
+    BLOCK_V: tl.constexpr,
+):
+    """Grid: rows of one buffer block. out[b, :] = log_softmax over [0, V) of row
+    row_off + b: raw fp32 logits, or z = x / T when PROCESSED (raw for greedy rows)."""
+    b = tl.program_id(0).to(tl.int64)
+    j = tl.minimum(tl.maximum(b + row_off, 0), N - 1)
+    r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    t_div = tl.where((PROCESSED != 0) & (temp != 0.0), temp, 1.0)
+    row = target_ptr + j * V
+    m, sum_exp, _ = _row_stats(row, V, t_div, BLOCK_V)
+    log_s = tl.log(sum_exp)
+    offs = tl.arange(0, BLOCK_V)
+    out_row = out_ptr + b * V
+    for start in range(0, V, BLOCK_V):
+        idx = start + offs
+        mask = idx < V
+        z = tl.div_rn(tl.load(row + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        z = tl.where(z == z, z, NEG_INF)
+        tl.store(out_row + idx, (z - m) - log_s, mask=mask)

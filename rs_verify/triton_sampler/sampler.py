@@ -1,0 +1,339 @@
+"""The production Triton rejection sampler (SPEC sections 2-7).
+
+Kernel pipeline, per call (`rejection_sample`):
+
+1. Once per call, on the device: `req_of_row` (the request owning each target
+   row, by `searchsorted` over `cu_num_logits`), the per-row statistics
+   buffers (O(N) floats, no logits copies), `sampled` filled with -1 and
+   `num_sampled`; one host copy of `cu_num_logits` (given by the caller, or one
+   device-to-host copy) feeds the chunk planner.
+2. For every chunk of whole requests from `iter_request_chunks(cu, max_chunk_logits)`
+   (row and request offsets are scalar kernel arguments; nothing is allocated
+   and nothing is synchronised per chunk):
+   a. `row_stats_kernel`, one program per target row: online max, sum-exp
+      and argmax (lowest index on ties, NaN read as -inf) of the processed
+      logits `z = div_rn(fp32(x), T)` (temperature applied on load; T = 0 and
+      T = 1 leave x untouched) over `[0, V')`; for model drafts also max and
+      sum-exp of `draft / T` of the (request, step) that row verifies.
+   b. `verify_kernel`, one program per request: the acceptance tests of
+      SPEC section 4 for all steps at once (they are independent; vectors of
+      16 steps), first rejection `t` = the lowest failing step (greedy:
+      `d == argmax`; one-hot: `log p(d) > log u`; model drafts:
+      `log p(d) > log u + log q(d)`; `u = max(rand(seed, pos), TINY)`;
+      padded or out-of-range drafts rejected), then ONE Gumbel-max draw at
+      row `t` (the first rejection, or the bonus row):
+      `argmax_x log r(x) + G_x` with `G_x` from `rand(randint(seed, pos), x)`,
+      `r = max(p - q, 0)` (model drafts, in the log domain; probabilities
+      below the float64 range count as 0, as for the reference), `p` with
+      `r(d) = 0` (one-hot) or `p` (padded draft, bonus, or a residual with no
+      positive mass: both argmaxes are tracked in the same vocabulary pass).
+      Greedy rows emit the argmax. It writes the accepted drafts and the
+      emitted token into `sampled[r]`, and `num_sampled[r] = t + 1`.
+   c. Only with logprobs: the chunk's rows, in blocks of at most
+      `max_chunk_logits` rows, go through `log_softmax_kernel` into ONE
+      preallocated FP32 buffer (log-softmax over the whole `[0, V)` of the raw
+      logits, or of `z` in "processed" mode), then top-k / ranks / the emitted
+      token's logprob are derived in torch (`logprobs.row_logprobs`).
+
+Every program reduces one row (or one request) with a lane layout fixed by
+`BLOCK_V` alone, so results never depend on the batch size, the chunking,
+the request order or the other requests. Kernels are specialized only on
+`BLOCK_V`, `HAS_DRAFT` and the logits dtype (offsets and sizes are marked
+`do_not_specialize`), and compiled with `enable_fp_fusion=False` so the
+rounding does not change with Triton's fusion default. Without validation,
+every index read from the batch (`cu`, `idx_mapping`, draft ids, the row of
+a request) is clamped or masked, so no access leaves its tensor and every
+emitted token lies in `[0, V')` (NaN logits never win an argmax).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..batch import LogprobsTensors, SamplerOutput, SpecBatch
+from ..chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
+from ..validation import validate as validate_batch
+from . import kernels
+from .logprobs import emitted_tokens, row_logprobs
+
+DEFAULT_BLOCK_V = 1024
+NUM_WARPS = 4
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _interpreted() -> bool:
+    """Whether the kernels were defined under Triton's interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(kernels.verify_kernel).__name__ == "InterpretedFunction"
+
+
+def _check_block_v(block_v) -> int:
+    block_v = DEFAULT_BLOCK_V if block_v is None else int(block_v)
+    if block_v < 16 or block_v & (block_v - 1):
+        raise ValueError(f"block_v must be a power of two >= 16, got {block_v}")
+    return block_v
+
+
+def _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
+                  temperature, seeds, k, num_logprobs, logprobs_mode):
+    """Shape checks that memory safety needs even without validation (no data is read)."""
+    def bad(what):
+        raise ValueError(what)
+
+    if target_logits.dim() != 2:
+        bad(f"target_logits: expected [N, V], got {list(target_logits.shape)}")
+    n, v = target_logits.shape
+    if v < 1:
+        bad("target_logits: vocab size must be >= 1")
+    if isinstance(k, bool) or int(k) < 0:
+        bad(f"num_speculative_steps: expected an int >= 0, got {k!r}")
+    if cu_num_logits.dim() != 1 or cu_num_logits.shape[0] < 1:
+        bad("cu_num_logits: expected [R + 1]")
+    r = cu_num_logits.shape[0] - 1
+    s = temperature.shape[0]
+    for name, t, shape in (("draft_token_ids", draft_token_ids, (n,)), ("pos", pos, (n,)),
+                           ("idx_mapping", idx_mapping, (r,)), ("temperature", temperature, (s,))):
+        if tuple(t.shape) != shape:
+            bad(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
+    if seeds.dim() != 1 or seeds.shape[0] < s:
+        bad(f"seeds: expected shape [{s}], got {list(seeds.shape)}")
+    if r > 0 and s < 1:
+        bad("temperature: no request states")
+    if draft_logits is not None:
+        if draft_logits.dim() != 3 or draft_logits.shape[0] < s or draft_logits.shape[1] != k:
+            bad(f"draft_logits: expected [{s}, {k}, Vd], got {list(draft_logits.shape)}")
+        if draft_logits.shape[2] < 1:
+            bad("draft_logits: draft vocab size must be >= 1")
+    if num_logprobs is not None and not 0 <= int(num_logprobs) <= v:
+        bad(f"num_logprobs: expected None or an int in [0, {v}], got {num_logprobs!r}")
+    if logprobs_mode not in ("raw", "processed"):
+        bad(f"logprobs_mode: unknown mode {logprobs_mode!r}")
+
+
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor | None,
+    draft_token_ids: torch.Tensor,
+    cu_num_logits: torch.Tensor,
+    pos: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    temperature: torch.Tensor,
+    seeds: torch.Tensor,
+    *,
+    num_speculative_steps: int,
+    max_chunk_logits: int | None = None,
+    num_logprobs: int | None = None,
+    logprobs_mode: str = "raw",
+    block_v: int | None = None,
+    cu_num_logits_host=None,
+    info: dict | None = None,
+):
+    """Verify a batch held in device tensors (SPEC sections 2-7); no validation.
+
+    Arguments follow `SpecBatch` (section 1) as torch tensors on one device;
+    `target_logits` / `draft_logits` may be float32, bfloat16 or float16 and
+    are read natively. `max_chunk_logits=None` means `max_chunk_logits(V)`.
+    `cu_num_logits_host` (NumPy or a list) saves the one device-to-host copy
+    of `cu_num_logits` that the chunk planner needs. `info`, when given, is
+    filled with `max_buffer_rows` and `num_chunks`.
+
+    Returns `(sampled int64 [R, K+1], num_sampled int32 [R], logprobs)` on the
+    device, with `logprobs = (token_ids int64 [N, k+1], logprobs float32
+    [N, k+1], ranks int64 [N])` or `None`.
+    """
+    k = int(num_speculative_steps)
+    _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
+                  temperature, seeds, num_speculative_steps, num_logprobs, logprobs_mode)
+    block = _check_block_v(block_v)
+    device = target_logits.device
+    if device.type == "cpu" and not _interpreted():
+        raise RuntimeError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before triton is "
+                           "imported (importing rs_verify.triton_sampler first does it when CUDA is absent)")
+    n, v = target_logits.shape
+    r = cu_num_logits.shape[0] - 1
+    s = temperature.shape[0]
+    has_draft = draft_logits is not None
+    vd = draft_logits.shape[2] if has_draft else v
+    v_eff = min(v, vd)
+    cap = default_max_chunk_logits(v) if max_chunk_logits is None else int(max_chunk_logits)
+    if cap < 1:
+        raise ValueError(f"max_chunk_logits must be >= 1, got {cap}")
+
+    def dev(t, dtype):
+        return t.to(device=device, dtype=dtype).contiguous()
+
+    target = target_logits.contiguous()
+    draft = draft_logits.to(device).contiguous() if has_draft else target
+    ids = dev(draft_token_ids, torch.int64)
+    cu = dev(cu_num_logits, torch.int32)
+    pos_d = dev(pos, torch.int64)
+    idx = dev(idx_mapping, torch.int32)
+    temp = dev(temperature, torch.float32)
+    seeds_d = dev(seeds, torch.int64)
+
+    sampled = torch.full((r, k + 1), -1, dtype=torch.int64, device=device)
+    num_sampled = torch.zeros(r, dtype=torch.int32, device=device)
+    logprobs = None
+    if num_logprobs is not None:
+        kk = int(num_logprobs)
+        lp_ids = torch.zeros((n, kk + 1), dtype=torch.int64, device=device)
+        lp_vals = torch.zeros((n, kk + 1), dtype=torch.float32, device=device)
+        lp_ranks = torch.zeros(n, dtype=torch.int64, device=device)
+        logprobs = (lp_ids, lp_vals, lp_ranks)
+    if info is not None:
+        info.update(max_buffer_rows=0, num_chunks=0)
+    if r == 0 or n == 0:
+        return sampled, num_sampled, logprobs
+
+    cu_host = np.asarray(cu_num_logits.cpu() if cu_num_logits_host is None else cu_num_logits_host,
+                         dtype=np.int64)
+    chunks = []
+    for a, b in iter_request_chunks(cu_host, cap):
+        lo = min(max(int(cu_host[a]), 0), n)
+        hi = min(max(int(cu_host[b]), lo), n)
+        chunks.append((a, b, lo, hi))
+
+    req_of_row = torch.searchsorted(cu[1:], torch.arange(n, dtype=torch.int32, device=device),
+                                    right=True, out_int32=True).clamp_(max=r - 1)
+    t_max = torch.empty(n, dtype=torch.float32, device=device)
+    t_logsum = torch.empty(n, dtype=torch.float32, device=device)
+    t_arg = torch.empty(n, dtype=torch.int32, device=device)
+    d_max = torch.empty(n if has_draft else 1, dtype=torch.float32, device=device)
+    d_logsum = torch.empty(n if has_draft else 1, dtype=torch.float32, device=device)
+
+    buf = None
+    if logprobs is not None:
+        rows = max((min(hi - lo, cap) for _, _, lo, hi in chunks), default=0)
+        if rows > 0:
+            buf = torch.empty((rows, v), dtype=torch.float32, device=device)
+        if info is not None:
+            info["max_buffer_rows"] = rows
+    if info is not None:
+        info["num_chunks"] = len(chunks)
+
+    launch = dict(num_warps=NUM_WARPS, enable_fp_fusion=False)
+    processed = int(logprobs_mode == "processed")
+    # The interpreter evaluates kernels with NumPy: log(0) = -inf and the like are intended.
+    with np.errstate(all="ignore"):
+        for a, b, lo, hi in chunks:
+            if hi > lo:
+                kernels.row_stats_kernel[(hi - lo,)](
+                    target, draft, req_of_row, cu, idx, temp,
+                    t_max, t_logsum, t_arg, d_max, d_logsum,
+                    lo, n, r, s, k, v, vd, v_eff,
+                    HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
+                )
+            kernels.verify_kernel[(b - a,)](
+                target, draft, ids, pos_d, cu, idx, temp, seeds_d,
+                t_max, t_logsum, t_arg, d_max, d_logsum,
+                sampled, num_sampled,
+                a, n, r, s, k, v, vd, v_eff,
+                HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
+            )
+            if buf is None:
+                continue
+            for blo in range(lo, hi, cap):
+                bhi = min(blo + cap, hi)
+                kernels.log_softmax_kernel[(bhi - blo,)](
+                    target, buf, req_of_row, idx, temp,
+                    blo, n, r, s, v, processed,
+                    BLOCK_V=block, **launch,
+                )
+                rows = torch.arange(blo, bhi, device=device)
+                tok = emitted_tokens(rows, req_of_row, cu, sampled, num_sampled)
+                t_ids, t_vals, t_ranks = row_logprobs(buf[: bhi - blo], tok, int(num_logprobs))
+                lp_ids[blo:bhi] = t_ids
+                lp_vals[blo:bhi] = t_vals
+                lp_ranks[blo:bhi] = t_ranks
+    return sampled, num_sampled, logprobs
+
+
+class TritonSampler:
+    """The production sampler under the SPEC section 10 protocol.
+
+    - cap_bytes: bytes of FP32 processed logits one chunk may hold (`max_chunk_logits(V, cap_bytes)`).
+    - block_v: vocabulary block of the kernels (a power of two >= 16; default 1024).
+    - validate: run `rs_verify.validation.validate` before any device work.
+    - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
+
+    Reports `extras["max_buffer_rows"]` (rows of the FP32 processed-logits buffer
+    allocated, 0 without logprobs) and `extras["num_chunks"]`.
+    """
+
+    name = "triton"
+    supports_chunking = True
+    streams = "spec"
+    memory_stats = True  # extras["max_buffer_rows"] is reported
+
+    def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,
+                 device=None):
+        self.cap_bytes = int(cap_bytes)
+        self.block_v = _check_block_v(block_v)
+        self.validate = bool(validate)
+        self.device = torch.device(default_device() if device is None else device)
+        self.interpreted = self.device.type != "cuda"
+
+    def unvalidated(self) -> "TritonSampler":
+        """The same sampler with validation off (SPEC section 9: still memory-safe)."""
+        return TritonSampler(cap_bytes=self.cap_bytes, block_v=self.block_v, validate=False, device=self.device)
+
+    def __repr__(self) -> str:
+        return (f"TritonSampler(cap_bytes={self.cap_bytes}, block_v={self.block_v}, "
+                f"validate={self.validate}, device={str(self.device)!r})")
+
+    def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
+        if self.validate:
+            validate_batch(batch)
+        v = batch.vocab_size
+        cap = default_max_chunk_logits(v, self.cap_bytes) if max_chunk_logits is None else int(max_chunk_logits)
+        if batch.num_reqs == 0:
+            out = empty_output(batch)
+            out.extras.update(max_buffer_rows=0, num_chunks=0)
+            return out
+        dtype = TORCH_DTYPES.get(batch.logits_dtype)
+        if dtype is None:
+            raise ValueError(f"logits_dtype: unknown dtype {batch.logits_dtype!r}")
+        dev = self.device
+
+        def t(a, dt=None):
+            x = torch.from_numpy(np.array(a, copy=True))
+            return x.to(device=dev, dtype=dt) if dt is not None else x.to(dev)
+
+        info = {}
+        sampled, num_sampled, lp = rejection_sample(
+            t(batch.target_logits, dtype),
+            None if batch.draft_logits is None else t(batch.draft_logits, dtype),
+            t(batch.draft_token_ids, torch.int64),
+            t(batch.cu_num_logits, torch.int32),
+            t(batch.pos, torch.int64),
+            t(batch.idx_mapping, torch.int32),
+            t(batch.temperature, torch.float32),
+            t(batch.seeds, torch.int64),
+            num_speculative_steps=batch.num_speculative_steps,
+            max_chunk_logits=cap,
+            num_logprobs=batch.num_logprobs,
+            logprobs_mode=batch.logprobs_mode,
+            block_v=self.block_v,
+            cu_num_logits_host=np.asarray(batch.cu_num_logits),
+            info=info,
+        )
+        logprobs = None
+        if lp is not None:
+            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]
+            logprobs = LogprobsTensors(
+                token_ids=lp[0].cpu().numpy(),
+                logprobs=lp[1].cpu().numpy(),
+                ranks=lp[2].cpu().numpy(),
+                cu_num_generated_tokens=None if batch.num_logits == batch.num_reqs else cu,
+            )
+        return SamplerOutput(
+            sampled=sampled.cpu().numpy(),
+            num_sampled=num_sampled.cpu().numpy(),
+            logprobs=logprobs,
+            extras=info,
+        )
