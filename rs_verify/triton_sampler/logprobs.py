@@ -36,8 +36,26 @@ def topk_lowest_ids(lp: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     return chosen.gather(1, order), chosen_vals.gather(1, order)
 
 
+# Top-k and ranks allocate O(rows x V) temporaries (an int32 tie key, bool masks: about 1.5x
+# the rows' logprobs). Taking at most this many bytes of rows at a time keeps them within the
+# 64 MiB of slack allowed beside the capped buffer (SPEC section 7 / the peak-memory property).
+TEMP_BYTES = 16 * 2**20
+
+
 def row_logprobs(lp: torch.Tensor, token: torch.Tensor, k: int):
-    """token_ids [n, k+1], logprobs [n, k+1], ranks [n] for log-softmax rows `lp` and emitted `token`."""
+    """token_ids [n, k+1], logprobs [n, k+1], ranks [n] for log-softmax rows `lp` and emitted `token`.
+
+    Rows are taken in slices of at most `TEMP_BYTES` of logprobs (row-wise results: the
+    slicing changes no bit)."""
+    n, vocab = lp.shape
+    step = max(1, TEMP_BYTES // max(1, vocab * 4))
+    if n <= step:
+        return _row_logprobs(lp, token, k)
+    parts = [_row_logprobs(lp[i : i + step], token[i : i + step], k) for i in range(0, n, step)]
+    return tuple(torch.cat(p, dim=0) for p in zip(*parts))
+
+
+def _row_logprobs(lp: torch.Tensor, token: torch.Tensor, k: int):
     token = token.to(torch.int64).unsqueeze(1)
     tok_lp = lp.gather(1, token)
     ranks = (lp > tok_lp).sum(dim=1).to(torch.int64) + 1
