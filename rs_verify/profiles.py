@@ -50,6 +50,11 @@ BATCH_KWARGS = {
 }
 
 
+# Wall-clock budget for shrinking one failure, after which the smallest failing example found
+# so far is reported (see rs_verify.runner.hypothesis_test).
+SHRINK_SECONDS = {"dev": 60, "ci": 45, "gpu": 120, "nightly": 600}
+
+
 def default_profile_name() -> str:
     """``HYPOTHESIS_PROFILE`` if set, else ``ci`` under CI, else ``dev``."""
     name = os.environ.get("HYPOTHESIS_PROFILE")

@@ -16,7 +16,7 @@ import numpy as np
 from .. import probs
 from .base import PropertyFailure, call, event, register
 from .inputs import certifiable_batches
-from .transforms import reseeded_copies
+from .transforms import copies_note, reseeded_copies
 
 DEFAULT_EPS = 2e-4
 LOGPROB_RTOL = 1e-4  # SPEC section 6: logprobs within 1e-4 * L of the reference
@@ -137,8 +137,8 @@ def certified_equivalence(ctx, drawn) -> None:
     ctx.count("excused", len(excused))
     if failed:
         lines = "\n".join(d.describe() for d in failed)
-        raise PropertyFailure(f"{len(failed)} decision(s) differ from the reference:\n{lines}", batch=batch,
-                              details={"divergences": [vars(d) for d in failed]})
+        raise PropertyFailure(f"{len(failed)} decision(s) differ from the reference{copies_note(drawn)}:\n{lines}",
+                              batch=drawn, details={"divergences": [vars(d) for d in failed]})
     diff = compare_logprobs(batch, out, ref_out, {d.request for d in found})
     if diff:
-        raise PropertyFailure(f"logprobs differ from the reference: {diff}", batch=batch)
+        raise PropertyFailure(f"logprobs differ from the reference{copies_note(drawn)}: {diff}", batch=drawn)

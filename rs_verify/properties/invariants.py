@@ -8,7 +8,7 @@ from .. import probs
 from .base import PropertyFailure, call, event, register
 from .certification import REPLICAS
 from .inputs import batches
-from .transforms import reseeded_copies
+from .transforms import copies_note, reseeded_copies
 
 # A resampled token must have positive residual mass p - q > 0. Production samplers
 # compute p and q in float32, so a token whose float64 residual is negative by less
@@ -74,7 +74,10 @@ def output_invariants(ctx, drawn) -> None:
     """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
     out = call(ctx.sampler, batch)
-    check_output_invariants(batch, out)
+    try:
+        check_output_invariants(batch, out)
+    except PropertyFailure as exc:
+        raise PropertyFailure(f"{exc}{copies_note(drawn)}", batch=drawn, details=exc.details) from None
 
 
 @register("greedy_chain", "invariants", strategy=batches)

@@ -48,6 +48,13 @@ def _concat_batches(a: SpecBatch, b: SpecBatch) -> SpecBatch:
     )
 
 
+def copies_note(drawn: SpecBatch) -> str:
+    """How to read request indices of a failure found on `reseeded_copies(drawn, ...)`."""
+    r = drawn.num_reqs
+    return (f" (checked on the drawn batch followed by reseeded copies of it: request i there is "
+            f"drawn request i mod {r}, under a fresh seed and shifted positions when i >= {r})")
+
+
 def reseeded_copies(batch: SpecBatch, copies: int, seed: int) -> SpecBatch:
     """`batch` followed by `copies - 1` copies of its requests under fresh states (new seeds,
     shifted positions, same logits and temperatures): more stochastic decisions per example."""
