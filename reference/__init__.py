@@ -6,28 +6,7 @@ report every decision with its margin (`verify_with_trace`). Imports only NumPy
 and the batch contract: never torch, triton or the Triton sampler.
 """
 
-from . import philox
-from .sampler import (
-    Decision,
-    ReferenceSampler,
-    RequestTrace,
-    acceptance_uniforms,
-    draft_probs,
-    gumbel_noise,
-    log_softmax64,
-    processed_logits,
-    target_probs,
-)
+from . import philox, sampler
+from .sampler import *  # noqa: F403 - the sampler module's public names (its __all__)
 
-__all__ = [
-    "Decision",
-    "ReferenceSampler",
-    "RequestTrace",
-    "acceptance_uniforms",
-    "draft_probs",
-    "gumbel_noise",
-    "log_softmax64",
-    "philox",
-    "processed_logits",
-    "target_probs",
-]
+__all__ = [*sampler.__all__, "philox"]
