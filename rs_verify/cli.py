@@ -1,4 +1,4 @@
-"""The `rs-verify` command line: check, list, replay, bench."""
+"""The `rs-verify` command line: check, list, replay, bench, mutate."""
 
 from __future__ import annotations
 
@@ -264,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", nargs="?", help="the benchmark: benchmarks/<name>.py")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark script")
     bench.set_defaults(func=cmd_bench)
+    from .mutate import add_parser as add_mutate_parser
+
+    add_mutate_parser(sub)
     return parser
 
 
@@ -271,7 +274,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()
     code = args.func(args)
-    if args.command == "check":
+    if args.command in ("check", "mutate"):
         print(f"total time {time.perf_counter() - start:.1f} s")
     return code
 

@@ -1,7 +1,8 @@
 """Load a patched copy of a package from memory: planted bugs ("mutants") without editing files.
 
 `load_patched("rs_verify.triton_sampler", {"kernels.py": [(old, new)]})` imports a fresh
-copy of the package under a private name in which each listed module has `old` replaced
+copy of the package under a private name (a sibling of the package inside its parent, so
+relative imports of the parent keep working) in which each listed module has `old` replaced
 by `new` (exactly once, or the patch is rejected). The copy's source lives in memory and
 is served by its loader, so `inspect.getsource` (and therefore `triton.jit`) sees the
 patched text. The original package is untouched.
@@ -62,7 +63,10 @@ def load_patched(package: str, patches: dict[str, list[tuple[str, str]]]):
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(f"{package!r} is not a package")
     root = Path(list(spec.submodule_search_locations)[0])
-    alias = f"_rs_mutant_{next(_counter)}"
+    # A subpackage's copy lives inside the same parent package, so that its relative
+    # imports of the parent (`from ..batch import SpecBatch`) resolve to the real modules.
+    parent = package.rpartition(".")[0]
+    alias = f"{parent + '.' if parent else ''}_rs_mutant_{next(_counter)}"
     files = {}
     unknown = set(patches) - {p.name for p in root.glob("*.py")}
     if unknown:

@@ -1,0 +1,567 @@
+"""The catalogue of planted bugs: one `Mutant` per real failure mode (DESIGN.md, "Bugs the suite
+must catch"), applied in memory with `rs_verify.mutation.load_patched` (files on disk untouched).
+
+Every patch must match its module's text exactly once: when the sampler changes under a
+patch, `load_patched` raises `PatchError` and `tests/test_mutants.py` fails, so the catalogue
+cannot silently drift out of sync with the code it mutates.
+
+Conventions:
+- `target` is the patched package: `rs_verify.triton_sampler` (the production sampler, under
+  the Triton interpreter on CPU) or `reference` (the NumPy reference: fast, so the
+  distribution campaigns run on it).
+- `build` is a Python expression evaluated with `pkg` bound to the patched package and
+  `own_streams` (declares `streams = "own"`: a sampler with its own random number generator,
+  for which SPEC section 10 skips the certification against the reference). Triton mutants
+  are built with `block_v=16` so that the small generated vocabularies take multi-block
+  reductions and partial tail tiles; none is built `.unvalidated()`: the property
+  `unvalidated_in_bounds` calls `unvalidated()` on the mutant itself (which returns the
+  patched class), while the validated sampler keeps `rejects_bad_input` meaningful.
+- `killers` are the properties expected to kill the mutant (the cheap ones first); the
+  meta-test runs a few mutants against their first killer only. The kill matrix written by
+  `rs-verify mutate` is the measured truth.
+- Each patch's new text carries a `# MUTANT` comment, so a traceback or `inspect.getsource`
+  on a mutant kernel shows what was planted.
+
+`EQUIVALENT` lists mutants that no property can kill on this suite's contract (an equivalent
+mutant), with the reason; they are excluded from `MUTANTS` and from the kill score, and kept
+so that the reason stays checked (`rs-verify mutate --catalogue mutants.catalogue:EQUIVALENT`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TRITON = "rs_verify.triton_sampler"
+REFERENCE = "reference"
+TRITON_BUILD = "pkg.TritonSampler(block_v=32)"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug.
+
+    - `name`: a short identifier (`rs-verify mutate --only NAME`).
+    - `models`: the real-world bug it models, one line, naming the failure mode.
+    - `target`: the package patched ("rs_verify.triton_sampler" or "reference").
+    - `patches`: `{"module.py": [(old, new), ...]}`, each `old` present exactly once.
+    - `build`: expression building the sampler from the patched package `pkg`.
+    - `killers`: properties expected to kill it (documentation and the meta-test's subset).
+    - `note`: anything a reader needs (e.g. how an emulation maps to the real bug).
+    """
+
+    name: str
+    models: str
+    target: str
+    patches: dict
+    build: str = TRITON_BUILD
+    killers: tuple = ()
+    note: str = ""
+
+    def load(self):
+        """The patched package (a fresh in-memory copy; raises PatchError if a patch does not apply)."""
+        from rs_verify.mutation import load_patched
+
+        return load_patched(self.target, self.patches)
+
+    def sampler(self, pkg=None):
+        """The mutant sampler, built from `pkg` (default: a freshly patched package)."""
+        pkg = self.load() if pkg is None else pkg
+        return eval(self.build, {"pkg": pkg, "own_streams": own_streams})  # noqa: S307 - catalogue code
+
+
+def own_streams(sampler):
+    """Declare `streams = "own"` (SPEC section 10): certification is skipped, the tests of fit remain."""
+    sampler.streams = "own"
+    return sampler
+
+
+def _k(*pairs):
+    """kernels.py patches."""
+    return {"kernels.py": list(pairs)}
+
+
+# -- recurring anchors in rs_verify/triton_sampler/kernels.py ---------------------------
+RESAMPLE_SEED = "g = tl.randint(seed, tl.load(pos_ptr + jt))"
+ACCEPT_U = "u = tl.maximum(tl.rand(seed, tl.load(pos_ptr + j_vec, mask=smask, other=0)), TINY)"
+STATE_SEED = "seed = tl.load(seeds_ptr + s)"
+GREEDY = "greedy = temp == 0.0"
+FINAL_CLAMP = "    tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)\n"
+ROW_STATS_TARGET = "m, sum_exp, arg = _row_stats(target_ptr + j * V, Vp, t_div, BLOCK_V)"
+ROW_STATS_DRAFT = "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, Vp, t_div, BLOCK_V)"
+VERIFY_ZQ = ("* Vd + d_safe, mask=smask, other=NEG_INF)\n"
+             "                zq = tl.div_rn(zq.to(tl.float32), t_div)")
+RESAMPLE_ZQ = ("mask=tl.where(use_q, mask, False), other=NEG_INF)\n"
+               "            zq = tl.div_rn(zq.to(tl.float32), t_div)")
+STATS_ALLOC = """    t_max = torch.empty(n, dtype=torch.float32, device=device)
+    t_logsum = torch.empty(n, dtype=torch.float32, device=device)
+    t_arg = torch.empty(n, dtype=torch.int32, device=device)
+"""
+# Rows a mutant leaves without statistics would read uninitialised memory (torch.empty):
+# a nondeterministic mutant that Hypothesis would report as flaky. Zero-filled instead.
+STATS_ZEROED = (STATS_ALLOC, STATS_ALLOC.replace("torch.empty", "torch.zeros").replace(
+    "device=device)\n", "device=device)  # MUTANT: zero-filled so the mutant is deterministic\n", 1))
+
+
+MUTANTS: list[Mutant] = [
+    # -- random streams (SPEC section 3) -----------------------------------------------------
+    Mutant(
+        "shared_draft_resample_noise",
+        "Shared noise stream between draft and resample: the resample noise is keyed at pos + 2**30, "
+        "the drafter's salted stream, so the resample reuses the noise that picked the draft.",
+        TRITON,
+        _k((RESAMPLE_SEED, "g = tl.randint(seed, tl.load(pos_ptr + jt) + 1073741824)  # MUTANT: drafter salt")),
+        killers=("certified_equivalence",),
+        note="Biases the output only against drafts drawn with that stream (distribution_model_drafts on CUDA); "
+             "under the interpreter the certification sees the stream itself differ.",
+    ),
+    Mutant(
+        "resample_noise_reuses_acceptance_uniform",
+        "Acceptance uniform reused as the resample noise: token x's noise is rand(seed, pos + x), so token 0's "
+        "noise is the acceptance uniform u itself and token x's is the uniform of position pos + x.",
+        TRITON,
+        _k(
+            ("g, use_q, excl,\n", "g, use_q, excl, pos_t,  # MUTANT\n"),
+            ("v = tl.maximum(tl.rand(g, idx), TINY)", "v = tl.maximum(tl.rand(g, pos_t + idx), TINY)  # MUTANT"),
+            (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream\n        pos_t = tl.load(pos_ptr + jt)"),
+            ("g, ok_t, -1,\n", "g, ok_t, -1, pos_t,\n"),
+            ("g, ok_t, excl,\n", "g, ok_t, excl, pos_t,\n"),
+        ),
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "sign_extended_resample_seed",
+        "Resample seed g = randint(seed, pos) held as int32 and reloaded: tl.rand sign-extends it (SPEC 3: "
+        "Triton widens it without sign extension), so every g < 0 draws other noise.",
+        TRITON,
+        _k((RESAMPLE_SEED, "g = tl.randint(seed, tl.load(pos_ptr + jt)).to(tl.int32, bitcast=True)  # MUTANT")),
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "rng_keyed_by_batch_row",
+        "RNG keyed by the batch row instead of the token position: streams change when the batch is "
+        "permuted, split or merged.",
+        TRITON,
+        _k((ACCEPT_U, "u = tl.maximum(tl.rand(seed, j_vec), TINY)  # MUTANT: row, not pos"),
+           (RESAMPLE_SEED, "g = tl.randint(seed, jt)  # MUTANT: row, not pos")),
+        killers=("batch_invariance", "certified_equivalence"),
+    ),
+    Mutant(
+        "seeds_indexed_by_batch_row",
+        "Seeds of the wrong state: idx_mapping ignored for the seed (seeds[r] instead of seeds[idx_mapping[r]]).",
+        TRITON,
+        _k((STATE_SEED, "seed = tl.load(seeds_ptr + r)  # MUTANT: idx_mapping ignored")),
+        killers=("certified_equivalence", "batch_invariance"),
+    ),
+    Mutant(
+        "per_request_seeds_ignored",
+        "Per-request seeds ignored: every request draws from the first state's seed.",
+        TRITON,
+        _k((STATE_SEED, "seed = tl.load(seeds_ptr)  # MUTANT: one seed for all")),
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "acceptance_uniform_not_clamped",
+        "u not clamped to TINY: u = rand(seed, pos) may be exactly 0, and log 0 = -inf accepts any draft "
+        "with p(d) > 0 (SPEC 3: u = max(rand, TINY)).",
+        TRITON,
+        _k((ACCEPT_U, "u = tl.rand(seed, tl.load(pos_ptr + j_vec, mask=smask, other=0))  # MUTANT: no TINY")),
+        killers=("stream_edges",),
+        note="Differs only where the Philox word is 0 or -1 (2 in 2**32 draws): random batches never reach it.",
+    ),
+    Mutant(
+        "gumbel_log_one_minus_v",
+        "log1p replaced by log(1 - v) in the Gumbel noise: for v < 2**-25, 1 - v rounds to 1 in float32 and "
+        "G = -log(-log(1 - v)) becomes +inf, so a token of negligible probability wins the resample.",
+        TRITON,
+        _k(("log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))",
+            "log1m_v = tl.log(1.0 - v)  # MUTANT: cancellation for small v")),
+        killers=("stream_edges",),
+        note="Elsewhere the error (about 3e-8 / v in log E) is below the certification's tolerance.",
+    ),
+    # -- chunking (SPEC section 7) ---------------------------------------------------------------
+    Mutant(
+        "planner_drops_last_chunk",
+        "Chunk planner that drops the last chunk of requests (an off-by-one in the chunk loop): those "
+        "requests keep -1 outputs when the batch is verified in several chunks.",
+        TRITON,
+        {"sampler.py": [("    for a, b in iter_request_chunks(cu_host, cap):\n",
+                         "    plan = list(iter_request_chunks(cu_host, cap))\n"
+                         "    for a, b in (plan[:-1] if len(plan) > 1 else plan):  # MUTANT: last chunk dropped\n")]},
+        killers=("chunked_equals_full",),
+    ),
+    Mutant(
+        "planner_splits_request",
+        "Chunk planner that splits a request: the rows of a chunk are capped at max_chunk_logits even inside "
+        "one request, so the rows past the cap get no statistics.",
+        TRITON,
+        {"sampler.py": [("        hi = min(max(int(cu_host[b]), lo), n)\n",
+                         "        hi = min(max(int(cu_host[b]), lo), n, lo + cap)  # MUTANT: splits a request\n"),
+                        STATS_ZEROED]},
+        killers=("chunked_equals_full",),
+    ),
+    Mutant(
+        "chunk_request_offset_not_rebased",
+        "Chunk offsets not rebased: the verify kernel of every chunk gets request offset 0, so it re-verifies "
+        "the first requests and never the chunk's own.",
+        TRITON,
+        {"sampler.py": [("                a, n, r, s, k, v, vd, v_eff,\n",
+                         "                0, n, r, s, k, v, vd, v_eff,  # MUTANT: offset not rebased\n")]},
+        killers=("chunked_equals_full",),
+    ),
+    Mutant(
+        "buffer_sized_by_chunk",
+        "Unbounded FP32 copy of the logits: the processed-logits buffer is sized by the largest chunk, not "
+        "capped, so a single request larger than the cap allocates more than max_chunk_logits rows (OOM).",
+        TRITON,
+        {"sampler.py": [("rows = max((min(hi - lo, cap) for _, _, lo, hi in chunks), default=0)",
+                         "rows = max((hi - lo for _, _, lo, hi in chunks), default=0)  # MUTANT: not capped")]},
+        killers=("buffer_within_cap",),
+    ),
+    Mutant(
+        "logprobs_at_chunk_offset",
+        "Logprobs concatenated in the wrong order: each chunk's logprobs are written at chunk-local rows, so "
+        "later chunks overwrite earlier ones.",
+        TRITON,
+        {"sampler.py": [("                lp_ids[blo:bhi] = t_ids\n"
+                         "                lp_vals[blo:bhi] = t_vals\n"
+                         "                lp_ranks[blo:bhi] = t_ranks\n",
+                         "                lp_ids[blo - lo:bhi - lo] = t_ids  # MUTANT: chunk-local rows\n"
+                         "                lp_vals[blo - lo:bhi - lo] = t_vals\n"
+                         "                lp_ranks[blo - lo:bhi - lo] = t_ranks\n")]},
+        killers=("chunked_equals_full",),
+    ),
+    # -- batch invariance (SPEC section 8) --------------------------------------------------------
+    Mutant(
+        "block_v_from_batch_size",
+        "Block size depending on the batch size: small batches (N < 8 rows) get one 1024-wide vocab block, "
+        "larger ones the configured block, so the reduction order (and a request's logprob bits) change with "
+        "the batch the request is in.",
+        TRITON,
+        {"sampler.py": [("    block = _check_block_v(block_v)\n",
+                         "    block = _check_block_v(block_v) if target_logits.shape[0] >= 8 else 1024  # MUTANT\n")]},
+        killers=("blackbox_chunking", "batch_invariance"),
+        note="Under the interpreter fp32 reductions of different block sizes mostly round alike below V ~ 129: "
+             "only logprobs of wider vocabularies show it (on a GPU the tree reduction differs far more often).",
+    ),
+    Mutant(
+        "int32_row_offset_overflow",
+        "int32 overflow of row x vocab: the row offset wraps. Emulated by truncating j * V modulo 2**7 "
+        "(instead of 2**32) so that small batches (N * V > 128) show it.",
+        TRITON,
+        _k((ROW_STATS_TARGET, "m, sum_exp, arg = _row_stats(target_ptr + (j * V) % 128, Vp, t_div, BLOCK_V)  # MUTANT"),
+           ("zd = tl.load(target_ptr + j_vec * V + d_safe,", "zd = tl.load(target_ptr + (j_vec * V) % 128 + d_safe,"),
+           ("t_row = target_ptr + jt * V", "t_row = target_ptr + (jt * V) % 128  # MUTANT"),
+           ("row = target_ptr + j * V\n", "row = target_ptr + (j * V) % 128  # MUTANT\n")),
+        killers=("greedy_chain", "certified_equivalence"),
+        note="The real bug needs N * V >= 2**31 (e.g. 14,000 rows of a 152k vocabulary); the wrapped offset "
+             "(j * V) mod 2**7 <= j * V keeps every read in bounds.",
+    ),
+    # -- layout and indexing (SPEC sections 1 and 4) ----------------------------------------------
+    Mutant(
+        "draft_id_off_by_one",
+        "Off-by-one in draft_token_ids[j + 1]: row j verifies draft_token_ids[j] (the vLLM layout misread).",
+        TRITON,
+        _k(("d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)",
+            "d = tl.load(draft_ids_ptr + j_vec, mask=smask, other=-1)  # MUTANT: j, not j + 1"),
+           ("d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)",
+            "d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT")),
+        killers=("output_invariants", "greedy_chain"),
+    ),
+    Mutant(
+        "padded_draft_used_as_index",
+        "-1 placeholder drafts used as an index and accepted: a negative id wraps like a Python index "
+        "(-1 -> V' - 1), is tested against p(V' - 1) and emitted as -1 when accepted.",
+        TRITON,
+        _k(("        ok = smask & (d >= 0) & (d < Vp)\n        d_safe = tl.where(ok, d, 0)\n",
+            "        ok = smask & (d < Vp)  # MUTANT: negative ids are not rejected\n"
+            "        d_safe = tl.where(smask, (d % Vp + Vp) % Vp, 0)\n")),
+        killers=("output_invariants", "certified_equivalence"),
+    ),
+    Mutant(
+        "padded_draft_verified_as_zero",
+        "A 0 verified as a draft instead of -1: padded ids are clamped to token 0, which may be accepted.",
+        TRITON,
+        _k(("d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)",
+            "d = tl.maximum(tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1), 0)  # MUTANT")),
+        killers=("output_invariants",),
+    ),
+    Mutant(
+        "bonus_from_next_request_row",
+        "Bonus token drawn from the wrong row: cu[r + 1] (the next request's first row) instead of "
+        "cu[r + 1] - 1.",
+        TRITON,
+        _k(("jt = tl.minimum(tl.maximum(start + t, 0), N - 1)",
+            "jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT")),
+        killers=("greedy_chain", "certified_equivalence"),
+    ),
+    Mutant(
+        "accepted_count_not_prefix",
+        "Accepted count not a prefix: num_accepted = the number of accepted drafts, not the index of the "
+        "first rejection, so a rejected draft followed by accepted ones is emitted.",
+        TRITON,
+        _k(("t = tl.minimum(t, tl.min(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0))",
+            "t = tl.minimum(t, kb + tl.sum((smask & (acc != 0)).to(tl.int32), 0))  # MUTANT: a count")),
+        killers=("greedy_chain", "certified_equivalence"),
+    ),
+    Mutant(
+        "draft_vocab_padding_ignored",
+        "Draft vocab padding ignored: the target's max / sum / argmax run over V instead of V' = min(V, Vd), "
+        "so p is normalised over tokens no draft can propose and greedy may pick one.",
+        TRITON,
+        _k((ROW_STATS_TARGET, "m, sum_exp, arg = _row_stats(target_ptr + j * V, V, t_div, BLOCK_V)  # MUTANT: V")),
+        killers=("output_invariants", "certified_equivalence"),
+    ),
+    Mutant(
+        "tail_tile_padding_wins_argmax",
+        "Padded vocab tail tile winning the argmax: the last block's out-of-vocab lanes read 0 instead of -inf, "
+        "and the range clamp on the emitted token is gone, so a token >= V' is emitted.",
+        TRITON,
+        _k(("tl.load(row_ptr + idx, mask=mask, other=NEG_INF)", "tl.load(row_ptr + idx, mask=mask, other=0.0)"),
+           (FINAL_CLAMP, "    pass  # MUTANT: no range clamp on the emitted token\n")),
+        killers=("greedy_chain", "output_invariants"),
+    ),
+    Mutant(
+        "nan_row_emits_vocab_size",
+        "NaN rows emitting out-of-vocab ids (validation off): a NaN logit is not read as -inf, poisons the row's "
+        "log-sum-exp, every resample score turns NaN, and the argmax's 'not found' (n = V', FlashInfer-style) is "
+        "emitted unclamped; a row with no finite logit does the same.",
+        TRITON,
+        _k(("        z = tl.where(z == z, z, NEG_INF)\n        gt = z > m_vec",
+            "        gt = z > m_vec  # MUTANT: NaN not read as -inf"),
+           ("    arg = tl.where(arg == BIG_INDEX, 0, arg)\n", "    arg = tl.where(m > NEG_INF, arg, n)  # MUTANT\n"),
+           ("    return tl.where((tok >= 0) & (tok < n), tok, 0)\n",
+            "    return tl.where(mp > NEG_INF, tok, n)  # MUTANT: 'not found' is n\n"),
+           (FINAL_CLAMP, "    pass  # MUTANT: no range clamp\n")),
+        killers=("unvalidated_in_bounds",),
+        note="Only invalid batches reach it: the classes target_nan (stochastic rows) and target_row_no_finite, "
+             "2 of the 44 defect classes unvalidated_in_bounds draws from.",
+    ),
+    # -- temperature and the greedy constant (SPEC section 2) ------------------------------------
+    Mutant(
+        "greedy_when_temperature_is_one",
+        "Greedy constant mistaken: T == 1 (the 'no scaling' value) treated as greedy.",
+        TRITON,
+        _k((GREEDY, "greedy = (temp == 0.0) | (temp == 1.0)  # MUTANT")),
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "greedy_below_epsilon",
+        "Greedy constant mistaken: T <= 1e-5 treated as greedy (vLLM's _SAMPLING_EPS); SPEC 2: only T == 0 is "
+        "greedy, a tiny T samples among (near-)tied maxima.",
+        TRITON,
+        _k((GREEDY, "greedy = temp <= 1e-5  # MUTANT")),
+        killers=("tiny_temperatures",),
+        note="The batch strategies draw T in [0.05, 4] (and 0, 1): only a tiny-temperature property reaches it.",
+    ),
+    Mutant(
+        "draft_temperature_not_applied",
+        "Temperature applied to the target but not to the draft: q = softmax(draft) instead of "
+        "softmax(draft / T) (target and draft processed with different sampling params).",
+        TRITON,
+        _k((ROW_STATS_DRAFT, "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, Vp, 1.0, BLOCK_V)  # MUTANT"),
+           (VERIFY_ZQ, VERIFY_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)", "zq.to(tl.float32)  # MUTANT")),
+           (RESAMPLE_ZQ, RESAMPLE_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)", "zq.to(tl.float32)  # MUTANT"))),
+        killers=("output_invariants", "certified_equivalence"),
+    ),
+    Mutant(
+        "temperature_applied_twice",
+        "Temperature applied twice (a logits processor and the sampler both divide): z = x / T**2.",
+        TRITON,
+        _k(("t_div = tl.where(temp == 0.0, 1.0, temp)", "t_div = tl.where(temp == 0.0, 1.0, temp * temp)  # MUTANT"),
+           ("t_div = tl.where(greedy, 1.0, temp)", "t_div = tl.where(greedy, 1.0, temp * temp)  # MUTANT"),
+           ("t_div = tl.where((PROCESSED != 0) & (temp != 0.0), temp, 1.0)",
+            "t_div = tl.where((PROCESSED != 0) & (temp != 0.0), temp * temp, 1.0)  # MUTANT")),
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "processed_logprobs_of_greedy_rows_divided",
+        "Processed logprobs of greedy rows divided by T: T = 0 is not special-cased, so x / 0 gives "
+        "infinite logits and NaN logprobs (SPEC 6: raw for greedy rows).",
+        TRITON,
+        _k(("t_div = tl.where((PROCESSED != 0) & (temp != 0.0), temp, 1.0)",
+            "t_div = tl.where(PROCESSED != 0, temp, 1.0)  # MUTANT: greedy rows divided too")),
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "bf16_draft_probabilities",
+        "bf16 draft probabilities: the draft's processed logit in the acceptance test is rounded to bfloat16.",
+        TRITON,
+        _k((VERIFY_ZQ, VERIFY_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)",
+                                         "tl.div_rn(zq.to(tl.float32), t_div).to(tl.bfloat16).to(tl.float32)  # MUTANT"))),
+        killers=("certified_equivalence",),
+    ),
+    # -- the algorithm (SPEC section 4) ------------------------------------------------------------
+    Mutant(
+        "one_hot_residual_keeps_draft",
+        "One-hot residual not zeroing the draft: after rejecting draft d the resample draws from p, d included.",
+        TRITON,
+        _k(("excl = tl.where(ok_t, d_t, -1)", "excl = -1  # MUTANT: r(d) not zeroed")),
+        killers=("output_invariants", "certified_equivalence"),
+    ),
+    Mutant(
+        "padded_draft_residual_uses_q",
+        "Padded (-1) model drafts resampled from max(p - q, 0) with the q of a step that proposed nothing "
+        "(measured vLLM MRV2 behaviour; SPEC 4 resamples from p).",
+        TRITON,
+        _k(("ok_t = has_d & (d_t >= 0) & (d_t < Vp)", "ok_t = has_d  # MUTANT: padded drafts use q")),
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "resample_ignores_residual",
+        "Resample from p instead of the residual max(p - q, 0) after a rejected model draft.",
+        TRITON,
+        _k(("            sr = tl.where(use_q, sq, sp)\n", "            sr = sp  # MUTANT: residual ignored\n")),
+        killers=("output_invariants", "certified_equivalence"),
+    ),
+    Mutant(
+        "acceptance_ignores_draft_probability",
+        "Acceptance test without q for model drafts: accept iff p(d) > u (the one-hot rule), not p(d) > u q(d).",
+        TRITON,
+        _k(("            acc = ok & (log_p > thr)\n", "            acc = ok & (log_p > tl.log(u))  # MUTANT\n")),
+        killers=("output_invariants", "certified_equivalence"),
+    ),
+    Mutant(
+        "argmax_regardless_of_temperature",
+        "Argmax used regardless of temperature: the resample / bonus token is the argmax of z for every request.",
+        TRITON,
+        _k(("    if greedy:\n        tok = tl.load(t_arg_ptr + jt)\n",
+            "    if temp >= 0.0:  # MUTANT: argmax for every request\n        tok = tl.load(t_arg_ptr + jt)\n")),
+        killers=("certified_equivalence", "output_invariants"),
+    ),
+    Mutant(
+        "argmax_ties_to_highest_index",
+        "Argmax ties broken towards the highest index across vocab lanes (SPEC 4: the lowest index).",
+        TRITON,
+        _k(("arg = tl.min(tl.where(m_vec == m, i_vec, BIG_INDEX), 0)",
+            "arg = tl.max(tl.where(m_vec == m, i_vec, -1), 0)  # MUTANT: highest index")),
+        killers=("greedy_chain",),
+    ),
+    Mutant(
+        "logprob_ranks_count_ties",
+        "Logprobs rank counting >= instead of > (the token counts itself: every rank is one too large).",
+        TRITON,
+        {"logprobs.py": [("ranks = (lp > tok_lp).sum(dim=1).to(torch.int64) + 1",
+                          "ranks = (lp >= tok_lp).sum(dim=1).to(torch.int64) + 1  # MUTANT")]},
+        killers=("certified_equivalence",),
+    ),
+    # -- the reference (fast: the distribution campaigns run) --------------------------------------
+    Mutant(
+        "ref_residual_abs",
+        "Residual |p - q| instead of max(p - q, 0): tokens the draft over-proposes are resampled too.",
+        REFERENCE,
+        {"sampler.py": [("np.maximum(r, 0.0, out=r)", "np.abs(r, out=r)  # MUTANT")]},
+        build="pkg.ReferenceSampler()",
+        killers=("output_invariants", "certified_equivalence", "distribution_model_drafts"),
+    ),
+    Mutant(
+        "ref_own_rng_shared_draft_noise",
+        "Shared noise stream between draft and resample in a sampler with its own RNG: the resample noise is "
+        "keyed at pos + 2**30, the stream the drafter drew its draft with.",
+        REFERENCE,
+        {"sampler.py": [("noise = _log_exponential_noise(self.seeds[reqs], self.pos[rows], e)",
+                         "noise = _log_exponential_noise(self.seeds[reqs], self.pos[rows] + 2**30, e)  # MUTANT")]},
+        build="own_streams(pkg.ReferenceSampler())",
+        killers=("distribution_model_drafts",),
+        note="streams = 'own': no certification; only a test of fit over drafts drawn with the salted stream "
+             "sees the bias (DESIGN: chi-square 320 vs 24.6).",
+    ),
+    Mutant(
+        "ref_own_rng_draft_temperature_ignored",
+        "Temperature applied to the target only (q without T) in a sampler with its own RNG.",
+        REFERENCE,
+        {"sampler.py": [("return _divide(q, self.row_temp[rows], out=q)", "return q  # MUTANT")]},
+        build="own_streams(pkg.ReferenceSampler())",
+        killers=("closed_forms", "distribution_model_drafts"),
+    ),
+    Mutant(
+        "ref_own_rng_one_hot_keeps_draft",
+        "One-hot residual not zeroing the rejected draft, in a sampler with its own RNG.",
+        REFERENCE,
+        {"sampler.py": [("logr[np.arange(rej.size), d] = -np.inf", "pass  # MUTANT")]},
+        build="own_streams(pkg.ReferenceSampler())",
+        killers=("output_invariants", "distribution_one_hot_drafts"),
+    ),
+    Mutant(
+        "ref_slab_cu_not_rebased",
+        "cu offsets not rebased per chunk: a slab of requests [ra, rb) keeps the global cu[ra:rb + 1].",
+        REFERENCE,
+        {"sampler.py": [("self.cu = cu[ra : rb + 1] - cu[ra]", "self.cu = cu[ra : rb + 1]  # MUTANT: not rebased")]},
+        build="pkg.ReferenceSampler(slab_elems=1024)",
+        killers=("blackbox_chunking", "certified_equivalence"),
+        note="slab_elems=1024 makes batches with V >= 33 span several slabs (the default is 2**18).",
+    ),
+    Mutant(
+        "ref_slab_logprobs_reversed",
+        "Logprobs concatenated in the wrong order: the slabs' logprobs joined last slab first.",
+        REFERENCE,
+        {"sampler.py": [("logprobs = LogprobsTensors.cat(lp_parts, batch.cu_num_logits)",
+                         "logprobs = LogprobsTensors.cat(lp_parts[::-1], batch.cu_num_logits)  # MUTANT")]},
+        build="pkg.ReferenceSampler(slab_elems=1024)",
+        killers=("blackbox_chunking", "certified_equivalence"),
+        note="slab_elems=1024 makes batches with V >= 33 span several slabs.",
+    ),
+]
+
+
+EQUIVALENT: list[Mutant] = [
+    Mutant(
+        "plain_division",
+        "`/` instead of tl.div_rn for the processed logits (fp32 division not IEEE-rounded on the GPU).",
+        TRITON,
+        _k(("z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)",
+            "z = tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_div  # MUTANT"),
+           ("z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)",
+            "z = tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_div  # MUTANT"),
+           ("zd = tl.div_rn(zd.to(tl.float32), t_div)", "zd = zd.to(tl.float32) / t_div  # MUTANT")),
+        note="Equivalent on CPU: the interpreter evaluates both `/` and tl.div_rn with np.divide (IEEE). On a "
+             "GPU `/` is off by <= 2 ulp, inside the certification's eps * L tolerance, and chunked / permuted "
+             "runs of the same sampler round alike: no property of the SPEC 8 contract can see it.",
+    ),
+]
+
+
+def by_name(name: str, catalogue=None) -> Mutant:
+    for m in catalogue if catalogue is not None else MUTANTS + EQUIVALENT:
+        if m.name == name:
+            return m
+    raise KeyError(f"no mutant named {name!r}")
+
+
+# Why each property stays in the library even where it kills no mutant on its own (the kill
+# matrix's "mutants only it kills" column is empty for it). Read by `rs-verify mutate --report`.
+WHY_KEPT = {
+    "planner": "Checks the chunk planner itself (rs_verify.chunking), which no sampler mutant patches: it guards "
+               "the contract that chunked samplers and the reference share (no split, cap, maximal, minimal).",
+    "rejects_bad_input": "Validation is shared code outside the mutated packages; the property gates third-party "
+                         "samplers that validate on their own (or not at all).",
+    "unvalidated_in_bounds": "The only property that feeds invalid input to a sampler with validation off: the "
+                             "NaN / no-finite-row failure mode is invisible to every other property.",
+    "philox_streams": "Checks the oracle's NumPy Philox against tl.rand / tl.randint (no sampler involved): the "
+                      "certification and the edge campaigns are only as good as these streams.",
+    "stream_edges": "Zero and tiny uniforms occur 2 and ~130 times in 2**32 draws: no generated batch reaches "
+                    "them, so the TINY clamp and the accurate log(1 - v) are guarded here alone.",
+    "tiny_temperatures": "The strategies draw T >= 0.05 and certification's tolerance grows with |x| / T: "
+                         "temperatures in (0, 1e-5] are only checked here.",
+    "determinism": "Every mutant here is deterministic (the interpreter has no races): it gates atomics, races "
+                   "and uninitialised memory on a GPU (planner_splits_request needed zero-filled statistics "
+                   "buffers to stay deterministic).",
+    "greedy_chain": "Greedy requests are compared with the exact argmax chain, independent of the reference and "
+                    "of any tolerance.",
+    "buffer_within_cap": "The only property that sees memory: an over-sized processed-logits buffer changes no "
+                         "output.",
+    "blackbox_chunking": "Chunking from outside, for samplers without internal chunking; it also sees "
+                         "batch-size-dependent numerics (sub-batches are smaller batches).",
+    "batch_invariance": "Permutation, split and merge: the streams must not depend on the batch row or the "
+                        "other requests.",
+    "chunked_equals_full": "Internal chunking against the full batch, bit for bit, at every cap.",
+    "certified_equivalence": "Every decision against the float64 reference with its margin: the broadest net.",
+    "output_invariants": "Reference-free structural checks (range, prefix, padding, residual support): they hold "
+                         "for samplers with their own streams, where certification is skipped.",
+    "closed_forms": "Acceptance rate min(1, p/q) and residual law per draft token: fast samplers only (skipped "
+                    "under the interpreter); with its own RNG a sampler is checked only by the tests of fit.",
+    "distribution_one_hot_drafts": "Test of fit for one-hot drafts, including a padded last draft: fast "
+                                   "samplers only.",
+    "distribution_model_drafts": "Test of fit over drafts drawn with the salted drafter stream: the only "
+                                 "property that sees a shared draft/resample stream in a sampler with its own RNG.",
+    "peak_memory_within_cap": "CUDA only (peak device memory of a Qwen-size batch): skipped on CPU.",
+}

@@ -1,0 +1,168 @@
+"""Edge cases the generated batches cannot reach (SPEC sections 2 and 3), as fixed campaigns.
+
+- `stream_edges`: the SPEC clamps every uniform to `TINY` and asks for an accurate
+  `log(1 - v)`. Both only matter at rare stream values: `rand(seed, pos) == 0` happens for 2
+  in 2**32 Philox words, `v < 2**-25` (where `1 - v` rounds to 1 in float32) for about 130 in
+  2**32. Random seeds and positions never hit them, so a sampler that skips the clamp or
+  writes `log(1 - v)` passes every generated batch. The (seed, position, token) triples
+  below were found by an exhaustive scan of the Philox stream; the campaign builds requests
+  whose decision flips exactly there and certifies the sampler against the reference.
+- `tiny_temperatures`: SPEC section 2 makes only `T == 0` greedy. The batch strategies draw
+  `T` in `[0.05, 4]`, and certification's tolerance `eps * L` grows with `|z| = |x| / T`, so a
+  sampler that treats `T <= 1e-5` as greedy (vLLM's `_SAMPLING_EPS`) is never caught. Here
+  rows have exactly tied maxima and every other logit `1 / T` below them: `p` is exactly
+  uniform over the ties in float32 and float64 alike, so every decision can be compared with
+  the reference on the natural scale of its margin (absolute tolerance `1e-4`).
+
+Both check that they are not vacuous: the stream values are recomputed and the reference's
+own decisions must take the edge (a rejection, a non-lowest tied token), otherwise the
+campaign raises instead of passing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..batch import SpecBatch
+from .base import PropertyFailure, call, register
+from .certification import compare_decisions
+
+# rand(seed, pos) == 0 exactly (the Philox word is -1): u = max(rand, TINY) = TINY.
+U_ZERO = (2026, 3554443533)
+# g = randint(seed, pos) = -934469539; rand(g, x = 3) = 1.2107193e-08 < 2**-25: 1 - v == 1 in float32.
+TINY_V = (2026, 1671644, 3)
+EDGE_VOCAB = 8
+MARGIN_ATOL = 1e-4  # absolute, in log units: tiny_temperatures' decisions are O(1) apart
+TINY_TEMPERATURES = (1e-5, 5e-6, 1e-6, 1e-7)
+TINY_T_REQUESTS = 32
+TINY_T_VOCAB = 6
+
+
+def _check_stream_values() -> None:
+    """The edge values really are edges (a Philox change would make the campaign vacuous)."""
+    from reference import philox  # the NumPy Philox: streams only, no sampler
+
+    u = philox.rand(np.int64(U_ZERO[0]), np.int64(U_ZERO[1]))
+    g = philox.randint(np.int64(TINY_V[0]), np.int64(TINY_V[1]))
+    v = philox.rand(g, np.int32(TINY_V[2]))
+    if u != 0 or not 0 < v < 2.0**-25:
+        raise AssertionError(f"stream_edges: the edge stream values moved (rand = {u}, v = {v}): rescan them")
+
+
+def edge_batch(draft_mode: str) -> SpecBatch:
+    """Request 0: one draft, rejected only because u = TINY (p(d) / q(d) ~ e**-30 < TINY), at the
+    zero-uniform position. Request 1: no draft; its bonus row's token 3 has logit -40 and the
+    tiny noise v, so it must lose (G ~ 18 < 40)."""
+    v = EDGE_VOCAB
+    x = np.zeros((3, v), np.float32)
+    x[0] = -1.0
+    x[0, 0] = 0.0
+    x[0, 1] = -30.0  # the draft d = 1: p(d) ~ 1e-14 < TINY
+    x[1] = np.linspace(-2.0, 0.0, v, dtype=np.float32)
+    x[2, TINY_V[2]] = -40.0
+    draft_logits = None
+    if draft_mode == "model":
+        draft_logits = np.full((2, 1, v), -5.0, np.float32)
+        draft_logits[0, 0, 1] = 0.0  # q(d) ~ 0.95
+    ids = np.array([0, 1, 0], np.int64)  # row 0 verifies ids[1] = 1
+    return SpecBatch(
+        target_logits=x,
+        draft_logits=draft_logits,
+        draft_token_ids=ids,
+        cu_num_logits=np.array([0, 2, 3], np.int32),
+        pos=np.array([U_ZERO[1], U_ZERO[1] + 1, TINY_V[1]], np.int64),
+        idx_mapping=np.array([0, 1], np.int32),
+        temperature=np.ones(2, np.float32),
+        seeds=np.array([U_ZERO[0], TINY_V[0]], np.int64),
+        num_speculative_steps=1,
+    )
+
+
+@register("stream_edges", "edges", needs=("spec_streams", "reference"))
+def stream_edges(ctx, _drawn) -> None:
+    """At a zero uniform and at a tiny Gumbel uniform (fixed Philox edge points) every decision equals the reference's."""
+    _check_stream_values()
+    for mode in ("one-hot", "model"):
+        batch = edge_batch(mode)
+        ref_out, traces = ctx.reference.verify_with_trace(batch)
+        if ref_out.request(0)[:1] == [1] or ref_out.request(1) == [TINY_V[2]]:
+            raise AssertionError(f"stream_edges ({mode}): the reference no longer takes the edge: "
+                                 f"{ref_out.request(0)}, {ref_out.request(1)}")
+        out = call(ctx.sampler, batch)
+        found = [d for d in compare_decisions(batch, out, traces) if not d.excused]
+        if found:
+            raise PropertyFailure(f"{mode} drafts at Philox edge values (u = 0 clamped to TINY at request 0, "
+                                  f"v = {TINY_V} below 2**-25 at request 1): "
+                                  + "; ".join(d.describe() for d in found), batch=batch)
+
+
+def tiny_temperature_batch(seed: int = 20261201) -> SpecBatch:
+    """`TINY_T_REQUESTS` requests with one draft each, T from `TINY_TEMPERATURES`; every row has
+    2-3 exactly tied maxima (logit 0) and every other logit -1; drafts are mostly tied tokens."""
+    rng = np.random.default_rng(seed)
+    r, v = TINY_T_REQUESTS, TINY_T_VOCAB
+    x = np.full((2 * r, v), -1.0, np.float32)
+    ties = []
+    for j in range(2 * r):
+        tied = np.sort(rng.choice(v, int(rng.integers(2, 4)), replace=False))
+        x[j, tied] = 0.0
+        ties.append(tied)
+    ids = np.zeros(2 * r, np.int64)
+    for q in range(r):
+        tied = ties[2 * q]
+        ids[2 * q + 1] = int(rng.choice(tied)) if rng.random() < 0.75 else int(rng.choice(np.setdiff1d(np.arange(v), tied)))
+    pos = np.repeat(rng.integers(0, 2**40, r), 2) + np.tile([0, 1], r)
+    return SpecBatch(
+        target_logits=x,
+        draft_logits=None,
+        draft_token_ids=ids,
+        cu_num_logits=(np.arange(r + 1) * 2).astype(np.int32),
+        pos=pos.astype(np.int64),
+        idx_mapping=rng.permutation(r).astype(np.int32),
+        temperature=np.array([TINY_TEMPERATURES[i % len(TINY_TEMPERATURES)] for i in range(r)], np.float32),
+        seeds=rng.integers(-(2**63), 2**63 - 1, r, dtype=np.int64, endpoint=True),
+        num_speculative_steps=1,
+    )
+
+
+def _divergence(trace, drafts, prod: list) -> str | None:
+    """The first decision where `prod` leaves the reference's tokens beyond MARGIN_ATOL, or None."""
+    ref = list(trace.tokens)
+    for i in range(max(len(ref), len(prod))):
+        tr = ref[i] if i < len(ref) else None
+        tp = prod[i] if i < len(prod) else None
+        if tr == tp:
+            continue
+        acc = next((d for d in trace.decisions if d.step == i and d.kind == "accept"), None)
+        if acc is not None and acc.accepted != (tp == int(drafts[i])):
+            if abs(acc.margin) <= MARGIN_ATOL:
+                return None
+            return f"step {i}: acceptance of draft {drafts[i]} differs (reference {tr}, sampler {tp}, margin {acc.margin:.4g})"
+        arg = next((d for d in trace.decisions if d.step == i and d.kind == "argmax"), None)
+        gap = float(arg.gaps[tp]) if arg is not None and tp is not None and 0 <= tp < len(arg.gaps) else np.inf
+        if gap <= MARGIN_ATOL:
+            return None
+        return f"step {i}: reference token {tr}, sampler token {tp} (its gap below the best score: {gap:.4g})"
+    return None
+
+
+@register("tiny_temperatures", "edges", needs=("spec_streams", "reference"))
+def tiny_temperatures(ctx, _drawn) -> None:
+    """Temperatures in (0, 1e-5] sample among exactly tied maxima like the reference (only T == 0 is greedy)."""
+    batch = tiny_temperature_batch()
+    ref_out, traces = ctx.reference.verify_with_trace(batch)
+    x = np.asarray(batch.target_logits)
+    lowest = [int(np.flatnonzero(row == row.max())[0]) for row in x]
+    cu = np.asarray(batch.cu_num_logits)
+    # Not vacuous: greedy would emit the lowest tied token and accept only it; the reference must not.
+    off_lowest = sum(ref_out.request(r)[-1] != lowest[int(cu[r]) + ref_out.num_sampled[r] - 1]
+                     for r in range(batch.num_reqs))
+    if off_lowest < 4:
+        raise AssertionError(f"tiny_temperatures: only {off_lowest} reference tokens avoid the lowest tie: vacuous")
+    out = call(ctx.sampler, batch)
+    for trace in traces:
+        r = trace.request
+        msg = _divergence(trace, batch.draft_tokens(r), out.request(r))
+        if msg:
+            t = float(batch.temperature[int(batch.idx_mapping[r])])
+            raise PropertyFailure(f"request {r} (T = {t:g}, tied maxima): {msg}", batch=batch)

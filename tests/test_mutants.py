@@ -1,0 +1,122 @@
+"""The planted-bug catalogue (`mutants/catalogue.py`) and `rs-verify mutate`.
+
+(a) Every patch of every mutant still applies (a `PatchError` here means the sampler changed
+    under a patch: update the catalogue) and every mutant builds its sampler.
+(b) A fast subset of mutants, each with the property that must kill it, one property family
+    each: a surviving mutant means that property lost its power. Shrinking is off (the kill,
+    not the minimal batch, is the point) and the ci profile is derandomized, so the
+    examples are the same on every run.
+(c) The `mutate` command in this process: matrix, report and exit codes.
+
+The full kill matrix (every mutant x every property) is `rs-verify mutate`, recorded in
+benchmarks/results/mutants/.
+"""
+
+import json
+
+import pytest
+from hypothesis import Phase
+
+from mutants.catalogue import EQUIVALENT, MUTANTS, REFERENCE, TRITON, Mutant
+from rs_verify import mutate
+from rs_verify.mutation import PatchError, load_patched
+from rs_verify.properties import PROPERTIES
+
+CATALOGUE = "mutants.catalogue:MUTANTS"
+ALL = MUTANTS + EQUIVALENT
+
+
+def test_catalogue_shape():
+    names = [m.name for m in ALL]
+    assert len(MUTANTS) >= 26
+    assert len(names) == len(set(names)), "mutant names must be unique"
+    for m in ALL:
+        assert m.target in (TRITON, REFERENCE), m.name
+        assert m.models and m.patches, m.name
+        assert set(m.killers) <= set(PROPERTIES), f"{m.name}: unknown killers {m.killers}"
+        assert m.killers or m in EQUIVALENT, f"{m.name}: name the properties expected to kill it"
+        assert any("MUTANT" in new for pairs in m.patches.values() for _, new in pairs), \
+            f"{m.name}: mark the planted code with a # MUTANT comment"
+    from mutants.catalogue import WHY_KEPT
+
+    assert set(WHY_KEPT) == set(PROPERTIES), "say why every property is kept (mutants/catalogue.py WHY_KEPT)"
+
+
+@pytest.mark.parametrize("mutant", ALL, ids=lambda m: m.name)
+def test_patches_apply(mutant):
+    """No PatchError: each `old` text is still present exactly once in the module it patches."""
+    sampler = mutant.sampler()  # load_patched + the build expression
+    assert callable(sampler) and hasattr(sampler, "name")
+
+
+def test_stale_patch_fails_loudly():
+    stale = Mutant("stale", "a patch whose text left the sampler", TRITON,
+                   {"kernels.py": [("this text is not in kernels.py", "x")]}, killers=("planner",))
+    with pytest.raises(PatchError, match="expected exactly one occurrence"):
+        stale.load()
+    with pytest.raises(PatchError, match="no module files"):
+        load_patched(TRITON, {"missing.py": [("a", "b")]})
+
+
+# One mutant per property family, each checked only against the property expected to kill it.
+FAST_SUBSET = {
+    "planner_drops_last_chunk": "chunked_equals_full",  # equivalence: chunked vs full
+    "rng_keyed_by_batch_row": "batch_invariance",  # equivalence: permuted / split / merged batches
+    "buffer_sized_by_chunk": "buffer_within_cap",  # memory
+    "nan_row_emits_vocab_size": "unvalidated_in_bounds",  # bad input
+    "argmax_ties_to_highest_index": "greedy_chain",  # invariants: greedy argmax chain
+    "draft_id_off_by_one": "output_invariants",  # invariants: accepted prefix
+    "sign_extended_resample_seed": "certified_equivalence",  # certification
+    "acceptance_uniform_not_clamped": "stream_edges",  # edges
+    "ref_own_rng_shared_draft_noise": "distribution_model_drafts",  # distribution (reference: fast)
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAST_SUBSET))
+def test_fast_subset_is_killed(name):
+    prop = FAST_SUBSET[name]
+    res = mutate.run_mutant(CATALOGUE, name, profile="ci", properties=[prop],
+                            phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    assert not res.load_error, res.load_error
+    (cell,) = res.cells
+    assert cell.symbol in (mutate.KILLED, mutate.ERRORED), f"{name} survived {prop}: {cell}"
+    assert cell.symbol == mutate.KILLED, f"{name}: {prop} crashed instead of failing: {cell.message}"
+
+
+def test_fast_subset_covers_the_catalogue():
+    by_name = {m.name: m for m in MUTANTS}
+    for name, prop in FAST_SUBSET.items():
+        assert prop in by_name[name].killers, f"{name}: {prop} is not among its expected killers"
+    assert len({PROPERTIES[p].family for p in FAST_SUBSET.values()}) >= 6
+
+
+def test_mutate_command_in_process(tmp_path, capsys):
+    """Killed mutant -> exit 0 with a Markdown and JSON matrix; a survivor -> exit 1."""
+    from rs_verify.cli import main
+    from rs_verify.profiles import active
+
+    report = tmp_path / "report"
+    code = main(["mutate", "--only", "acceptance_uniform_not_clamped", "--properties", "planner", "stream_edges",
+                 "--workers", "0", "--profile", active(), "--report", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1 of 1 mutants killed" in out
+    doc = json.loads((report / "mutants.json").read_text())
+    (m,) = doc["mutants"]
+    assert m["first_killer"] == "stream_edges" and m["killers"] == ["stream_edges"]
+    assert [c["symbol"] for c in m["cells"]] == [".", "K"]  # cheapest first
+    assert m["cells"][1]["batch"]["R"] == 2 and m["cells"][1]["found_at"] == 1
+    assert doc["property_summary"]["stream_edges"]["only"] == ["acceptance_uniform_not_clamped"]
+    md = (report / "mutants.md").read_text()
+    assert "| `acceptance_uniform_not_clamped` | triton |" in md and "`stream_edges`" in md
+
+    code = main(["mutate", "--catalogue", "mutants.catalogue:EQUIVALENT", "--properties", "stream_edges",
+                 "--workers", "0", "--profile", active()])
+    out = capsys.readouterr().out
+    assert code == 1 and "survivors: plain_division" in out
+    assert main(["mutate", "--only", "no_such_mutant", "--workers", "0"]) == 2
+
+
+def test_abbreviations_are_unique():
+    labels = mutate.abbreviations(list(PROPERTIES))
+    assert len(set(labels.values())) == len(labels)
