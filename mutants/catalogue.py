@@ -386,8 +386,9 @@ MUTANTS: list[Mutant] = [
         "bf16_draft_probabilities",
         "bf16 draft probabilities: the draft's processed logit in the acceptance test is rounded to bfloat16.",
         TRITON,
-        _k((VERIFY_ZQ, VERIFY_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)",
-                                         "tl.div_rn(zq.to(tl.float32), t_div).to(tl.bfloat16).to(tl.float32)  # MUTANT"))),
+        _k((VERIFY_ZQ, VERIFY_ZQ.replace(
+            "tl.div_rn(zq.to(tl.float32), t_div)",
+            "tl.div_rn(zq.to(tl.float32), t_div).to(tl.bfloat16).to(tl.float32)  # MUTANT"))),
         killers=("certified_equivalence",),
     ),
     # -- the algorithm (SPEC section 4) ------------------------------------------------------------

@@ -109,6 +109,10 @@ def test_mutate_command_in_process(tmp_path, capsys):
     assert doc["property_summary"]["stream_edges"]["only"] == ["acceptance_uniform_not_clamped"]
     md = (report / "mutants.md").read_text()
     assert "| `acceptance_uniform_not_clamped` | triton |" in md and "`stream_edges`" in md
+    again = tmp_path / "again"
+    assert main(["mutate", "--from-json", str(report / "mutants.json"), "--report", str(again)]) == 0
+    assert (again / "mutants.md").read_text() == md  # a recorded run re-renders identically
+    capsys.readouterr()
 
     code = main(["mutate", "--catalogue", "mutants.catalogue:EQUIVALENT", "--properties", "stream_edges",
                  "--workers", "0", "--profile", active()])

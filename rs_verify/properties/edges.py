@@ -80,7 +80,7 @@ def edge_batch(draft_mode: str) -> SpecBatch:
 
 @register("stream_edges", "edges", needs=("spec_streams", "reference"))
 def stream_edges(ctx, _drawn) -> None:
-    """At a zero uniform and at a tiny Gumbel uniform (fixed Philox edge points) every decision equals the reference's."""
+    """At Philox edge points (a zero uniform, a tiny Gumbel uniform) every decision equals the reference's."""
     _check_stream_values()
     for mode in ("one-hot", "model"):
         batch = edge_batch(mode)
@@ -110,7 +110,8 @@ def tiny_temperature_batch(seed: int = 20261201) -> SpecBatch:
     ids = np.zeros(2 * r, np.int64)
     for q in range(r):
         tied = ties[2 * q]
-        ids[2 * q + 1] = int(rng.choice(tied)) if rng.random() < 0.75 else int(rng.choice(np.setdiff1d(np.arange(v), tied)))
+        others = np.setdiff1d(np.arange(v), tied)
+        ids[2 * q + 1] = int(rng.choice(tied)) if rng.random() < 0.75 else int(rng.choice(others))
     pos = np.repeat(rng.integers(0, 2**40, r), 2) + np.tile([0, 1], r)
     return SpecBatch(
         target_logits=x,
@@ -137,7 +138,8 @@ def _divergence(trace, drafts, prod: list) -> str | None:
         if acc is not None and acc.accepted != (tp == int(drafts[i])):
             if abs(acc.margin) <= MARGIN_ATOL:
                 return None
-            return f"step {i}: acceptance of draft {drafts[i]} differs (reference {tr}, sampler {tp}, margin {acc.margin:.4g})"
+            return (f"step {i}: acceptance of draft {drafts[i]} differs (reference {tr}, sampler {tp}, "
+                    f"margin {acc.margin:.4g})")
         arg = next((d for d in trace.decisions if d.step == i and d.kind == "argmax"), None)
         gap = float(arg.gaps[tp]) if arg is not None and tp is not None and 0 <= tp < len(arg.gaps) else np.inf
         if gap <= MARGIN_ATOL:
