@@ -51,7 +51,8 @@ KILLED, ESCALATED, ERRORED, SURVIVED, SKIPPED, NOT_RUN = "K", "k", "E", ".", "-"
 KILLS = (KILLED, ESCALATED, ERRORED)
 STATUS_SYMBOL = {"failed": KILLED, "error": ERRORED, "passed": SURVIVED, "skipped": SKIPPED}
 LEGEND = {KILLED: "killed", ESCALATED: "killed only with the escalated example count",
-          ERRORED: "killed by an exception", SURVIVED: "survived", SKIPPED: "skipped (does not apply)",
+          ERRORED: "killed by an exception (a crash on a valid input, or several distinct failures at once)",
+          SURVIVED: "survived", SKIPPED: "skipped (does not apply)",
           NOT_RUN: "not run (budget spent)"}
 
 # Measured seconds per example of the unpatched Triton sampler under the interpreter (ci
@@ -474,7 +475,7 @@ def markdown(results: list[MutantResult], prop_names: list[str], meta: dict, why
             killer = "**patch error**" if r.load_error else "**SURVIVED**"
         else:
             killer = f"`{first.property}`" + (f" (k, {first.max_examples} examples)" if first.symbol == ESCALATED
-                                              else "")
+                                              else " (E)" if first.symbol == ERRORED else "")
         target = "triton" if r.target.endswith("triton_sampler") else r.target
         batch = _batch_text(first) if first is None or first.batch else "fixed campaign"
         example = first.found_at if first is not None and first.found_at else "-"
@@ -490,6 +491,9 @@ def markdown(results: list[MutantResult], prop_names: list[str], meta: dict, why
         lines.append(f"| `{r.name}` | " + " | ".join(sym.get(p, NOT_RUN).replace(".", "·") for p in prop_names)
                      + " |")
     lines += ["", "## Properties", "",
+              "Mutants only it kills: those no other property killed in this run (an escalated mutant's other "
+              "properties ran at the base example count only). Why it is kept: for a property that is no "
+              "mutant's sole killer, from `WHY_KEPT` in the catalogue.", "",
               "| column | property | mutants killed | mutants only it kills | why it is kept |",
               "|---|---|---|---|---|"]
     summary = property_summary(results, prop_names)
@@ -507,8 +511,8 @@ def markdown(results: list[MutantResult], prop_names: list[str], meta: dict, why
     for r in results:
         first = r.first_kill()
         if first:
-            lines.append(f"- `{r.name}` / `{first.property}` ({first.seconds:.1f} s, {first.examples} examples): "
-                         f"{_md(first.message)}")
+            lines.append(f"- `{r.name}` / `{first.property}` (`{first.symbol}`, {first.seconds:.1f} s, "
+                         f"{first.examples} calls): {_md(first.message)}")
     return "\n".join(lines) + "\n"
 
 
