@@ -243,7 +243,10 @@ def run_mutant(catalogue: str, name: str, *, profile: str | None = None, max_exa
         kw["max_examples"] = int(max_examples)
     if phases is not None:
         kw["phases"] = phases
-    base = settings(settings.get_profile(profile), **kw)  # the named profile, whichever one is loaded
+    # The named profile (whichever one is loaded); one failure per property is all a kill needs,
+    # so Hypothesis stops at the first one (no search for further distinct bugs, no explain phase).
+    kw.setdefault("phases", [p for p in settings.get_profile(profile).phases if p.name != "explain"])
+    base = settings(settings.get_profile(profile), report_multiple_bugs=False, **kw)
     # Only the first killing property shrinks its failure (its batch is the one reported);
     # later ones stop at the first failing example.
     no_shrink = settings(base, phases=[p for p in base.phases if p.name != "shrink"])
