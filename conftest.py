@@ -1,4 +1,4 @@
-"""Root conftest: device choice and Hypothesis profiles (see rs_verify.profiles)."""
+"""Root conftest: device choice and Hypothesis profiles (see rs_verify.engine.profiles)."""
 
 import os
 
@@ -12,6 +12,6 @@ if os.environ.get("TRITON_INTERPRET") is None:
     except ImportError:  # pragma: no cover - torch is a dependency
         os.environ["TRITON_INTERPRET"] = "1"
 
-from rs_verify import profiles  # noqa: E402  (after the device choice)
+from rs_verify.engine import profiles  # noqa: E402  (after the device choice)
 
 profiles.load()

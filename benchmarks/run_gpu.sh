@@ -8,7 +8,7 @@ out=${OUT:-benchmarks/results}
 mkdir -p "$out"
 export HYPOTHESIS_PROFILE=gpu PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
-timeout 330 python -m pytest -q -p no:cacheprovider -p rs_verify.plugin tests -x --durations=15 2>&1 | tee "$out/gpu_tests.log"
+timeout 330 python -m pytest -q -p no:cacheprovider -p rs_verify.frontends.plugin tests -x --durations=15 2>&1 | tee "$out/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 timeout 150 python benchmarks/gpu_bench.py --out "$out/gpu_bench_$(date +%F).md" 2>&1 | tee "$out/gpu_bench.log"
 bench_rc=${PIPESTATUS[0]}

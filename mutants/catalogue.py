@@ -1,5 +1,5 @@
 """The catalogue of planted bugs: one `Mutant` per real failure mode (DESIGN.md, "Bugs the suite
-must catch"), applied in memory with `rs_verify.mutation.load_patched` (files on disk untouched).
+must catch"), applied in memory with `mutants.mutation.load_patched` (files on disk untouched).
 
 Every patch must match its module's text exactly once: when the sampler changes under a
 patch, `load_patched` raises `PatchError` and `tests/test_mutants.py` fails, so the catalogue
@@ -17,16 +17,16 @@ Conventions:
   the tests' 16 (measured on 30 ci batches). None is built `.unvalidated()`: the property
   `unvalidated_in_bounds` calls `unvalidated()` on the mutant itself (which returns the
   patched class), while the validated sampler keeps `rejects_bad_input` meaningful.
-- `killers` are the properties expected to kill the mutant: `rs-verify mutate` re-runs them
+- `killers` are the properties expected to kill the mutant: `python -m mutants` re-runs them
   with more examples when no property killed the mutant at the base count, and the meta-test
   checks a few mutants against one of them only. The kill matrix written by
-  `rs-verify mutate` (benchmarks/results/mutants/) is the measured truth.
+  `python -m mutants` (benchmarks/results/mutants/) is the measured truth.
 - Each patch's new text carries a `# MUTANT` comment, so a traceback or `inspect.getsource`
   on a mutant kernel shows what was planted.
 
 `EQUIVALENT` lists mutants that no property can kill on this suite's contract (an equivalent
 mutant), with the reason; they are excluded from `MUTANTS` and from the kill score, and kept
-so that the reason stays checked (`rs-verify mutate --catalogue mutants.catalogue:EQUIVALENT`).
+so that the reason stays checked (`python -m mutants --catalogue mutants.catalogue:EQUIVALENT`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ TRITON_BUILD = "pkg.TritonSampler(block_v=32)"
 class Mutant:
     """One planted bug.
 
-    - `name`: a short identifier (`rs-verify mutate --only NAME`).
+    - `name`: a short identifier (`python -m mutants --only NAME`).
     - `models`: the real-world bug it models, one line, naming the failure mode.
     - `target`: the package patched ("rs_verify.triton_sampler" or "reference").
     - `patches`: `{"module.py": [(old, new), ...]}`, each `old` present exactly once.
@@ -61,7 +61,7 @@ class Mutant:
 
     def load(self):
         """The patched package (a fresh in-memory copy; raises PatchError if a patch does not apply)."""
-        from rs_verify.mutation import load_patched
+        from mutants.mutation import load_patched
 
         return load_patched(self.target, self.patches)
 
@@ -531,9 +531,9 @@ def by_name(name: str, catalogue=None) -> Mutant:
 
 
 # Why each property stays in the library even where it kills no mutant on its own (the kill
-# matrix's "mutants only it kills" column is empty for it). Read by `rs-verify mutate --report`.
+# matrix's "mutants only it kills" column is empty for it). Read by `python -m mutants --report`.
 WHY_KEPT = {
-    "planner": "Checks the chunk planner itself (rs_verify.chunking), which no sampler mutant patches: it guards "
+    "planner": "Checks the chunk planner itself (rs_verify.spec.chunking), which no sampler mutant patches: it guards "
                "the contract that chunked samplers and the reference share (no split, cap, maximal, minimal).",
     "rejects_bad_input": "Validation is shared code outside the mutated packages; the property gates third-party "
                          "samplers that validate on their own (or not at all).",

@@ -1,7 +1,7 @@
 """The float64 NumPy reference sampler: the oracle of the suite (SPEC sections 2-6 and 8).
 
 Every decision is taken in float64 from the exact float32 uniforms of the SPEC
-random streams (`reference.philox`) and can be reported with its margin
+random streams (`rs_verify.spec.philox`) and can be reported with its margin
 (`verify_with_trace`). The work is vectorized over rows and requests and done
 in slabs of whole requests, so memory stays bounded:
 
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rs_verify.batch import LogprobsTensors, SamplerOutput, SpecBatch
-from rs_verify.chunking import empty_output, iter_request_chunks, verify_chunked
-from rs_verify.validation import validate as validate_batch
+from rs_verify.spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from rs_verify.spec.chunking import empty_output, iter_request_chunks, verify_chunked
+from rs_verify.spec.validation import validate as validate_batch
 
-from . import philox
-from ._workspace import scratch
+from rs_verify.spec import philox
+from rs_verify.spec.scratch import scratch
 
 __all__ = [
     "Decision",

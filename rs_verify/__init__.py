@@ -5,8 +5,8 @@ chunk planner. The Triton sampler is imported lazily (`rs_verify.TritonSampler`)
 so that importing the contract never imports torch or triton.
 """
 
-from .batch import LogprobsTensors, SamplerOutput, SpecBatch
-from .chunking import (
+from .spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from .spec.chunking import (
     DEFAULT_CAP_BYTES,
     iter_request_chunks,
     max_chunk_logits,
@@ -14,7 +14,7 @@ from .chunking import (
     slice_batch,
     verify_chunked,
 )
-from .validation import validate
+from .spec.validation import validate
 
 __all__ = [
     "DEFAULT_CAP_BYTES",
@@ -34,7 +34,7 @@ __version__ = "0.1.0"
 
 # `pytest -p rs_verify` without the installed pytest11 entry point imports this package as
 # the plugin: point pytest at the plugin module (read by pytest only, imports nothing here).
-pytest_plugins = ["rs_verify.plugin"]
+pytest_plugins = ["rs_verify.frontends.plugin"]
 
 
 def __getattr__(name):

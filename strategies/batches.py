@@ -18,7 +18,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from rs_verify.batch import LOGITS_DTYPES, LOGPROBS_MODES, SpecBatch
+from rs_verify.spec.batch import LOGITS_DTYPES, LOGPROBS_MODES, SpecBatch
 
 DRAFT_MODES = ("model", "one-hot")
 TEMPERATURE_KINDS = ("greedy", "one", "random", "mixed")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from rs_verify.batch import SpecBatch
+from rs_verify.spec.batch import SpecBatch
 
 MAX_SPAN_REQS = 64  # beyond this many requests, only prefixes and single requests give candidates
 

@@ -17,7 +17,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from rs_verify.batch import ARRAY_FIELDS, SpecBatch
+from rs_verify.spec.batch import ARRAY_FIELDS, SpecBatch
 
 from .batches import FLOAT32_MAX, spec_batches
 

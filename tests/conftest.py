@@ -14,7 +14,7 @@ def reference():
 
 @pytest.fixture(scope="session")
 def triton_sampler():
-    from rs_verify.runner import cuda_available
+    from rs_verify.engine.runner import cuda_available
     from rs_verify.triton_sampler import TritonSampler
 
     # Tiny vocab blocks on CPU so small vocabularies still take multi-block reductions.

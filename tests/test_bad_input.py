@@ -1,6 +1,6 @@
 """Bad input (SPEC section 9)."""
 
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 
 def test_rejects_bad_input(sampler):

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from rs_verify import SpecBatch, bundle, runner
+from rs_verify import SpecBatch
+from rs_verify.engine import bundle, runner
 from rs_verify.properties import Property, PropertyFailure
 
 

@@ -12,7 +12,7 @@ import pytest
 from rs_verify import SpecBatch
 from rs_verify.properties import PROPERTIES, PropertyFailure
 from rs_verify.properties.distribution import Fit
-from rs_verify.runner import Result
+from rs_verify.engine.runner import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -20,7 +20,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def cli(*args, cwd=ROOT, timeout=600):
     env = dict(os.environ, COLUMNS="200")  # rich tables wide enough that names are not cut
-    return subprocess.run([sys.executable, "-m", "rs_verify.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
 
 
@@ -95,7 +95,7 @@ def _chunk_batch() -> SpecBatch:
 
 def test_report_plots_every_kind(tmp_path):
     pytest.importorskip("matplotlib")
-    from rs_verify.report import write_report
+    from rs_verify.frontends.report import write_report
 
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.ones(6))

@@ -4,10 +4,10 @@ import dataclasses
 
 import pytest
 
-from rs_verify.mutation import load_patched
+from mutants.mutation import load_patched
 from rs_verify.properties import PropertyFailure
 from rs_verify.properties import distribution as dist
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 CAMPAIGN_PROPERTIES = ["distribution_model_drafts", "distribution_one_hot_drafts", "closed_forms"]
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from reference import philox
+from rs_verify.spec import philox
 from rs_verify.properties import edges
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 
 @pytest.mark.parametrize("prop", ["stream_edges", "tiny_temperatures"])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 
 @pytest.mark.parametrize("prop", ["chunked_equals_full", "blackbox_chunking", "batch_invariance", "determinism"])

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 torch = pytest.importorskip("torch")
 
@@ -46,7 +46,7 @@ def _pairs(n=4096):
 
 
 def test_philox_matches_the_reference_bit_for_bit():
-    from reference import philox
+    from rs_verify.spec import philox
 
     seeds, offsets = _pairs()
     s, o = torch.from_numpy(seeds), torch.from_numpy(offsets)

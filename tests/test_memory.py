@@ -2,7 +2,7 @@
 
 import pytest
 
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 
 def test_buffer_within_cap(triton_sampler):

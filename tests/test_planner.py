@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rs_verify import iter_request_chunks, max_chunk_logits
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 
 def test_planner_property():

@@ -26,7 +26,7 @@ def gate(pytester, monkeypatch):
 
 
 def test_plugin_imports_neither_torch_nor_triton():
-    code = "import rs_verify.plugin, sys; assert 'torch' not in sys.modules and 'triton' not in sys.modules"
+    code = "import rs_verify.frontends.plugin, sys; assert 'torch' not in sys.modules and 'triton' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
 
 
@@ -87,7 +87,7 @@ def test_broken_sampler_fails_and_its_bundle_replays(gate, tmp_path):
                                  f"rs-verify replay {written[0]}"])
 
     def replay(*extra):
-        return subprocess.run([sys.executable, "-m", "rs_verify.cli", "replay", str(written[0]), *extra],
+        return subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", "replay", str(written[0]), *extra],
                               capture_output=True, text=True, cwd=ROOT, timeout=300)
 
     again = replay()

@@ -4,7 +4,7 @@ import os
 
 from hypothesis import settings
 
-from rs_verify import profiles
+from rs_verify.engine import profiles
 
 
 def test_active_profile_is_the_requested_one(request):

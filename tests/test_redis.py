@@ -15,7 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, MultiplexedDatabase
 
-from rs_verify import database, runner
+from rs_verify.engine import database, runner
 from rs_verify.properties import Property, PropertyFailure
 
 pytest_plugins = ["pytester"]
@@ -153,12 +153,12 @@ def test_plugin_option_points_every_profile_at_redis(redis_url, pytester):
 
 
 def test_cli_check_with_redis(redis_url, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "rs_verify.cli", "check", "--sampler", "reference", "--only", "planner",
+    out = subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", "check", "--sampler", "reference", "--only", "planner",
                           "--profile", "ci", "--device", "cpu", "--redis", redis_url, "--no-bundles"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Redis" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "rs_verify.cli", "check", "--only", "planner", "--device", "cpu",
+    bad = subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", "check", "--only", "planner", "--device", "cpu",
                           "--redis", f"redis://127.0.0.1:{_free_port()}/0"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert bad.returncode == 2 and "cannot reach" in bad.stdout + bad.stderr

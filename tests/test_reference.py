@@ -10,9 +10,10 @@ test_streams.py, and pinned here by golden values).
 import numpy as np
 import pytest
 
-from reference import ReferenceSampler, gumbel_noise, philox, processed_logits, target_probs
-from rs_verify.batch import SpecBatch
-from rs_verify.chunking import select_requests
+from reference import ReferenceSampler, gumbel_noise, processed_logits, target_probs
+from rs_verify.spec import philox
+from rs_verify.spec.batch import SpecBatch
+from rs_verify.spec.chunking import select_requests
 
 NEG = -np.inf
 

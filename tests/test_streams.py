@@ -1,6 +1,6 @@
-"""SPEC section 3: the NumPy Philox of `reference.philox` is Triton's `tl.randint` / `tl.rand`, bit for bit.
+"""SPEC section 3: the NumPy Philox of `rs_verify.spec.philox` is Triton's `tl.randint` / `tl.rand`, bit for bit.
 
-Runs the probe kernel of `rs_verify.stream_probe` (compiled on a GPU, the
+Runs the probe kernel of `rs_verify.engine.stream_probe` (compiled on a GPU, the
 interpreter on CPU). The values that broke ports before are always included:
 -1, 0, 2**31 - 1, 2**31, 2**32, the int64 extremes, negative and >= 2**31
 offsets, and negative int32 seeds (Triton widens a resample seed without sign
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rs_verify.properties.streams import EDGE_OFFSETS, EDGE_SEEDS, INT32, INT64, check_philox_matches_triton
-from rs_verify.runner import pytest_run
+from rs_verify.engine.runner import pytest_run
 
 pytest.importorskip("triton")
 
@@ -45,7 +45,7 @@ def test_seed_grid_broadcasts():
 
 def test_mismatch_is_reported(monkeypatch):
     """The check is not vacuous: a port that sign-extends int32 seeds fails it, naming the pair."""
-    from reference import philox
+    from rs_verify.spec import philox
 
     def sign_extending(fn):
         def draw(seed, offsets):

@@ -138,7 +138,7 @@ def test_bonus_only_requests(sampler):
 
 
 def test_bonus_draw_follows_spec_streams(sampler):
-    from reference.philox import TINY, rand, randint
+    from rs_verify.spec.philox import TINY, rand, randint
 
     v = 40
     rng = np.random.default_rng(3)

@@ -1,7 +1,7 @@
 """The property registry and the helpers every property shares.
 
 A property is written once, here in the library, and run by the project's tests,
-the `rs-verify` CLI and the pytest plugin alike (see `rs_verify.runner`).
+the `rs-verify` CLI and the pytest plugin alike (see `rs_verify.engine.runner`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import event as _event
 from hypothesis.errors import InvalidArgument
 
-from ..batch import SamplerOutput, SpecBatch
+from ..spec.batch import SamplerOutput, SpecBatch
 
 # What a property needs of its context; the runner skips it, with this reason, otherwise.
 NEEDS = {

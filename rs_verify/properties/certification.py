@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import probs
+from ..spec import probs
 from .base import PropertyFailure, call, event, register
 from .inputs import certifiable_batches
 from .transforms import copies_note, reseeded_copies

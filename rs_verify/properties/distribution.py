@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from .. import probs
-from ..batch import SpecBatch
-from ..chunking import select_requests
+from ..spec import probs
+from ..spec.batch import SpecBatch
+from ..spec.chunking import select_requests
 from .base import PropertyFailure, call, register
 
 ALPHA = 1e-6
@@ -109,7 +109,7 @@ def _rows(rng, c: Campaign):
 
 def draft_tokens_from_q(q_rows: np.ndarray, seeds: np.ndarray, pos: np.ndarray, salt: int) -> np.ndarray:
     """Gumbel-max draws from q with the SPEC resample noise keyed at `pos + salt` (int64 [n])."""
-    from reference import philox  # the NumPy Philox: streams only, no sampler
+    from rs_verify.spec import philox  # the NumPy Philox: streams only, no sampler
 
     g = philox.randint(seeds, (pos + salt).astype(np.int64))
     x = np.arange(q_rows.shape[1], dtype=np.int32)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ..chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
+from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
 from .base import assert_same_output, assert_same_request, call, event, register
 from .inputs import batch_and_cap, batches
 from .transforms import merge_unrelated

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import probs
+from ..spec import probs
 from .base import PropertyFailure, call, event, register
 from .certification import REPLICAS
 from .inputs import batches

@@ -28,7 +28,7 @@ def large_batch(r: int = 64, k: int = 4, v: int = 152064, seed: int = 5):
     """A Qwen-vocabulary batch with model drafts and processed logprobs (host arrays, ~200 MB)."""
     import numpy as np
 
-    from ..batch import SpecBatch
+    from ..spec.batch import SpecBatch
 
     rng = np.random.default_rng(seed)
     n = r * (k + 1)

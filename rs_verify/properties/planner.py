@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ..chunking import iter_request_chunks
+from ..spec.chunking import iter_request_chunks
 from .base import PropertyFailure, register
 
 

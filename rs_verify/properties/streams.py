@@ -1,7 +1,7 @@
 """The random streams are Triton's, bit for bit (SPEC section 3).
 
-`check_philox_matches_triton` compares the NumPy Philox of `reference.philox`
-with `tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.stream_probe`
+`check_philox_matches_triton` compares the NumPy Philox of `rs_verify.spec.philox`
+with `tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.engine.stream_probe`
 (the compiled kernel on a GPU, the interpreter on CPU). It needs triton (and
 torch) at call time only.
 """
@@ -77,9 +77,9 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
     few pairs. Raises `AssertionError` naming the first mismatching seed and
     offset and both values.
     """
-    from reference import philox
+    from rs_verify.spec import philox
 
-    from .. import stream_probe
+    from ..engine import stream_probe
 
     seeds64 = np.asarray(seeds)
     if seeds64.dtype != np.int64:

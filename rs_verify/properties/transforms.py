@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..batch import SpecBatch
-from ..chunking import select_requests
+from ..spec.batch import SpecBatch
+from ..spec.chunking import select_requests
 
 
 def merge_unrelated(batch: SpecBatch, rng: np.random.Generator) -> tuple[SpecBatch, list[int]]:

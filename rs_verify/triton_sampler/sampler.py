@@ -51,9 +51,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..batch import LogprobsTensors, SamplerOutput, SpecBatch
-from ..chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
-from ..validation import validate as validate_batch
+from ..spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from ..spec.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
+from ..spec.validation import validate as validate_batch
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
 
@@ -258,7 +258,7 @@ class TritonSampler:
 
     - cap_bytes: bytes of FP32 processed logits one chunk may hold (`max_chunk_logits(V, cap_bytes)`).
     - block_v: vocabulary block of the kernels (a power of two >= 16; default 1024).
-    - validate: run `rs_verify.validation.validate` before any device work.
+    - validate: run `rs_verify.spec.validation.validate` before any device work.
     - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
 
     Reports `extras["max_buffer_rows"]` (rows of the FP32 processed-logits buffer

@@ -51,7 +51,7 @@ BATCH_KWARGS = {
 
 
 # Wall-clock budget for shrinking one failure, after which the smallest failing example found
-# so far is reported (see rs_verify.runner.hypothesis_test).
+# so far is reported (see rs_verify.engine.runner.hypothesis_test).
 SHRINK_SECONDS = {"dev": 60, "ci": 45, "gpu": 120, "nightly": 600}
 
 

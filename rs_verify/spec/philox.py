@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from ._workspace import scratch
+from .scratch import scratch
 
 __all__ = ["TINY", "SCALE", "rand", "randint", "rand_from_int", "philox_keys", "philox_counters"]
 

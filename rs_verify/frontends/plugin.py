@@ -1,13 +1,13 @@
 """The rs-verify pytest plugin: gate any rejection sampler with the property library.
 
-Installed as a `pytest11` entry point (`rs_verify = "rs_verify.plugin"`), or loaded with
-`pytest -p rs_verify.plugin`. Loading it imports neither torch nor triton: the sampler,
+Installed as a `pytest11` entry point (`rs_verify = "rs_verify.frontends.plugin"`), or loaded with
+`pytest -p rs_verify.frontends.plugin`. Loading it imports neither torch nor triton: the sampler,
 the properties and the device checks are imported when a test needs them.
 
 With `--rs-sampler=module:attribute` (or `--rs-gate` for the built-in Triton sampler) the
 plugin adds one test item per registered property, `rs-verify::<property>`, in registry
 order (deterministic, so pytest-xdist can distribute them, also across hosts). Each item
-runs `rs_verify.runner` for that property and skips, with the runner's reason, properties
+runs `rs_verify.engine.runner` for that property and skips, with the runner's reason, properties
 the sampler cannot take (internal chunking, SPEC streams, ...). A failing item writes a
 failure bundle (`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`. Without
 `--rs-sampler` / `--rs-gate` the plugin adds nothing and only registers its markers
@@ -21,10 +21,10 @@ import sys
 
 import pytest
 
-PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")  # = rs_verify.profiles.PROFILE_NAMES
+PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")  # = rs_verify.engine.profiles.PROFILE_NAMES
 DEFAULT_SAMPLER = "triton"
 DEFAULT_REFERENCE = "reference"
-DEFAULT_BUNDLE_DIR = ".rs-verify/bundles"  # = rs_verify.bundle.DEFAULT_DIR
+DEFAULT_BUNDLE_DIR = ".rs-verify/bundles"  # = rs_verify.engine.bundle.DEFAULT_DIR
 BUNDLE_PROPERTY = "rs_verify_bundle"  # user_properties key of a report's bundle path
 
 MARKERS = {
@@ -52,7 +52,7 @@ def pytest_addoption(parser):
                     help="cpu runs Triton through its interpreter (sets TRITON_INTERPRET=1 before triton "
                          "is imported); cuda requires a GPU. Default: cuda when available, else cpu.")
     group.addoption("--rs-profile", choices=PROFILE_NAMES, default=None,
-                    help="load this rs-verify Hypothesis profile (rs_verify.profiles) for the whole session; "
+                    help="load this rs-verify Hypothesis profile (rs_verify.engine.profiles) for the whole session; "
                          "default: the active one if it is an rs-verify profile, else HYPOTHESIS_PROFILE, "
                          "ci under CI, dev otherwise")
     group.addoption("--rs-bundle-dir", default=DEFAULT_BUNDLE_DIR, metavar="DIR",
@@ -98,7 +98,7 @@ class Gate:
     def _load(self, spec: str, what: str):
         """Load a sampler once per process; a load error fails every item that needs it, cleanly."""
         if spec not in self._loaded:
-            from .samplers import load_sampler
+            from ..engine.samplers import load_sampler
 
             try:
                 self._loaded[spec] = (load_sampler(spec), None)
@@ -116,7 +116,7 @@ class Gate:
         return None if self.reference_spec is None else self._load(self.reference_spec, "reference (--rs-reference)")
 
     def profile_name(self) -> str:
-        from . import profiles
+        from ..engine import profiles
 
         if self.profile:
             return self.profile
@@ -149,11 +149,11 @@ def pytest_configure(config):
     config.stash[GATE_KEY] = gate
     _set_device_env(gate.device)
     if gate.profile:
-        from . import profiles
+        from ..engine import profiles
 
         profiles.load(gate.profile)
     if gate.redis:
-        from . import database
+        from ..engine import database
 
         try:
             database.apply(gate.redis)
@@ -190,8 +190,8 @@ class PropertyItem(pytest.Item):
         return self.config.stash[GATE_KEY]
 
     def runtest(self):
-        from . import runner
-        from .properties import PROPERTIES
+        from ..engine import runner
+        from ..properties import PROPERTIES
 
         gate = self.gate
         prop = PROPERTIES[self.prop_name]
@@ -228,7 +228,7 @@ class PropertyItem(pytest.Item):
         # Point at the property's source (skips and failures are reported there).
         import inspect
 
-        from .properties import PROPERTIES
+        from ..properties import PROPERTIES
 
         check = PROPERTIES[self.prop_name].check
         try:
@@ -243,7 +243,7 @@ def pytest_collection_modifyitems(session, config, items):
     gate = config.stash.get(GATE_KEY, None)
     if gate is None or not gate.enabled:
         return
-    from .properties import PROPERTIES  # numpy, scipy, hypothesis: no torch, no triton
+    from ..properties import PROPERTIES  # numpy, scipy, hypothesis: no torch, no triton
 
     parent = GateCollector.from_parent(session, name="rs-verify", nodeid="rs-verify")
     new = []
@@ -265,7 +265,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None:
-        from .runner import cuda_available
+        from ..engine.runner import cuda_available
 
         if not cuda_available():
             pytest.skip("needs a CUDA device (gpu marker): torch.cuda.is_available() is False")

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
-from rs_verify.validation import validate
+from rs_verify.spec.validation import validate
 from strategies import (
     DTYPE_MAX,
     EXPECTED_FIELD,

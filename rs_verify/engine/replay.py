@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import ARRAY_FIELDS, SpecBatch
+from ..spec.batch import ARRAY_FIELDS, SpecBatch
 
 
 def _array_code(a) -> str:
@@ -38,7 +38,7 @@ def replay_snippet(prop_name: str, sampler_spec: str, drawn, batch: SpecBatch) -
         "import numpy as np\n"
         "from numpy import inf, nan\n"
         "from rs_verify import SpecBatch\n"
-        "from rs_verify.runner import replay\n"
+        "from rs_verify.engine.runner import replay\n"
         f"batch = {batch_to_code(batch)}\n"
         f"{extra}"
         f"replay({prop_name!r}, {sampler_spec!r}, drawn)\n"

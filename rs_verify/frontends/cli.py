@@ -1,4 +1,4 @@
-"""The `rs-verify` command line: check, list, replay, bench, mutate."""
+"""The `rs-verify` command line: check, list, replay, bench."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _prepare_device(device: str | None) -> str:
 
 
 def _selected(only, skip):
-    from .properties import PROPERTIES
+    from ..properties import PROPERTIES
 
     names = list(PROPERTIES)
     unknown = [n for n in (only or []) + (skip or []) if n not in PROPERTIES]
@@ -39,9 +39,9 @@ def cmd_check(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from . import database, profiles, runner
-    from .bundle import DEFAULT_DIR
-    from .samplers import load_sampler
+    from ..engine import database, profiles, runner
+    from ..engine.bundle import DEFAULT_DIR
+    from ..engine.samplers import load_sampler
 
     device = _prepare_device(args.device)
     profile = profiles.load(args.profile)
@@ -95,7 +95,7 @@ def cmd_check(args) -> int:
     console.print(f"{sum(r.status == 'passed' for r in results)} passed, {len(failed)} failed, "
                   f"{sum(r.status == 'skipped' for r in results)} skipped")
     if args.report:
-        from .bundle import versions
+        from ..engine.bundle import versions
         from .report import write_report
 
         meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": device,
@@ -114,7 +114,7 @@ def _failure_text(exc: BaseException) -> str:
 
 def cmd_replay(args) -> int:
     """Re-run the failure stored in a bundle: exit 1 if it still fails, 0 if not, 2 if unusable."""
-    from . import bundle as bundles
+    from ..engine import bundle as bundles
 
     try:
         b = bundles.load(args.bundle)
@@ -204,9 +204,9 @@ def cmd_list(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .properties import PROPERTIES
-    from .properties.base import NEEDS
-    from .samplers import BUILTIN
+    from ..properties import PROPERTIES
+    from ..properties.base import NEEDS
+    from ..engine.samplers import BUILTIN
 
     table = Table(title="properties")
     for col in ("name", "family", "needs", "what it checks"):
@@ -264,9 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", nargs="?", help="the benchmark: benchmarks/<name>.py")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark script")
     bench.set_defaults(func=cmd_bench)
-    from .mutate import add_parser as add_mutate_parser
-
-    add_mutate_parser(sub)
     return parser
 
 
@@ -274,7 +271,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()
     code = args.func(args)
-    if args.command in ("check", "mutate"):
+    if args.command == "check":
         print(f"total time {time.perf_counter() - start:.1f} s")
     return code
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .batch import ARRAY_FIELDS, SpecBatch
+from ..spec.batch import ARRAY_FIELDS, SpecBatch
 
 FORMAT = "rs-verify-bundle"
 VERSION = 1
@@ -77,7 +77,7 @@ def versions() -> dict:
     """Versions of Python and the packages a result depends on (without importing torch or triton)."""
     from importlib import metadata
 
-    from . import __version__
+    from .. import __version__
 
     out = {"python": platform.python_version(), "numpy": np.__version__, "rs_verify": __version__}
     for name in ("torch", "triton", "hypothesis", "scipy"):
@@ -273,7 +273,7 @@ def write_failure(exc: BaseException, prop, ctx, directory, *, sampler_spec: str
     Records the paths as `exc.rs_bundles` and adds a replay command to each failure's notes.
     A bundle that cannot be written adds a note saying why and never hides the failure.
     """
-    from .properties.base import sampler_name
+    from ..properties.base import sampler_name
 
     spec = sampler_spec or getattr(ctx.sampler, "spec", None) or sampler_name(ctx.sampler)
     opts = {"profile": ctx.profile, "device": ctx.device}
@@ -358,7 +358,7 @@ def replay_context(b: Bundle, *, sampler: str | None = None, reference: str | No
     """`(property, context)` to re-run the bundle's check: its sampler, reference, profile and device
     unless overridden. Raises `BundleError` when the property is unknown or does not apply, and
     `ValueError` when a sampler cannot be loaded."""
-    from .properties import PROPERTIES
+    from ..properties import PROPERTIES
     from .runner import make_context, skip_reason
     from .samplers import load_sampler
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .batch import SpecBatch
-from .chunking import iter_request_chunks
+from ..spec.batch import SpecBatch
+from ..spec.chunking import iter_request_chunks
 
 BAND = 0.99  # confidence of the per-token binomial bands drawn around the expected frequency
 MAX_TOKENS_PLOTTED = 64
@@ -88,7 +88,7 @@ def chunk_cap(drawn) -> int | None:
 
 
 def result_record(result) -> dict:
-    from .properties import PROPERTIES
+    from ..properties import PROPERTIES
 
     prop = PROPERTIES.get(result.name)
     batch, drawn = failing_input(result)

@@ -1,4 +1,4 @@
-"""The planted-bug catalogue (`mutants/catalogue.py`) and `rs-verify mutate`.
+"""The planted-bug catalogue (`mutants/catalogue.py`) and `python -m mutants`.
 
 (a) Every patch of every mutant still applies (a `PatchError` here means the sampler changed
     under a patch: update the catalogue) and every mutant builds its sampler.
@@ -8,7 +8,7 @@
     examples are the same on every run.
 (c) The `mutate` command in this process: matrix, report and exit codes.
 
-The full kill matrix (every mutant x every property) is `rs-verify mutate`, recorded in
+The full kill matrix (every mutant x every property) is `python -m mutants`, recorded in
 benchmarks/results/mutants/.
 """
 
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import Phase
 
 from mutants.catalogue import EQUIVALENT, MUTANTS, REFERENCE, TRITON, Mutant
-from rs_verify import mutate
-from rs_verify.mutation import PatchError, load_patched
+from mutants import campaign as mutate
+from mutants.mutation import PatchError, load_patched
 from rs_verify.properties import PROPERTIES
 
 CATALOGUE = "mutants.catalogue:MUTANTS"
@@ -94,11 +94,11 @@ def test_fast_subset_covers_the_catalogue():
 
 def test_mutate_command_in_process(tmp_path, capsys):
     """Killed mutant -> exit 0 with a Markdown and JSON matrix; a survivor -> exit 1."""
-    from rs_verify.cli import main
-    from rs_verify.profiles import active
+    from mutants.campaign import main
+    from rs_verify.engine.profiles import active
 
     report = tmp_path / "report"
-    code = main(["mutate", "--only", "acceptance_uniform_not_clamped", "--properties", "planner", "stream_edges",
+    code = main(["--only", "acceptance_uniform_not_clamped", "--properties", "planner", "stream_edges",
                  "--workers", "0", "--profile", active(), "--report", str(report)])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -112,15 +112,15 @@ def test_mutate_command_in_process(tmp_path, capsys):
     md = (report / "mutants.md").read_text()
     assert "| `acceptance_uniform_not_clamped` | triton |" in md and "`stream_edges`" in md
     again = tmp_path / "again"
-    assert main(["mutate", "--from-json", str(report / "mutants.json"), "--report", str(again)]) == 0
+    assert main(["--from-json", str(report / "mutants.json"), "--report", str(again)]) == 0
     assert (again / "mutants.md").read_text() == md  # a recorded run re-renders identically
     capsys.readouterr()
 
-    code = main(["mutate", "--catalogue", "mutants.catalogue:EQUIVALENT", "--properties", "stream_edges",
+    code = main(["--catalogue", "mutants.catalogue:EQUIVALENT", "--properties", "stream_edges",
                  "--workers", "0", "--profile", active()])
     out = capsys.readouterr().out
     assert code == 1 and "survivors: plain_division" in out
-    assert main(["mutate", "--only", "no_such_mutant", "--workers", "0"]) == 2
+    assert main(["--only", "no_such_mutant", "--workers", "0"]) == 2
 
 
 def test_abbreviations_are_unique():

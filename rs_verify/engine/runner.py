@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis.control import current_build_context
 
 from . import profiles
-from .properties import PROPERTIES, Context, Property, PropertyFailure
-from .properties.base import NEEDS, sampler_name, supports_chunking, uses_spec_streams
+from ..properties import PROPERTIES, Context, Property, PropertyFailure
+from ..properties.base import NEEDS, sampler_name, supports_chunking, uses_spec_streams
 from .replay import replay_snippet
 
 
@@ -146,7 +146,7 @@ def check(prop: Property, ctx: Context, base: settings | None = None, *, bundle_
           sampler_spec: str | None = None, reference_spec: str | None = None, options: dict | None = None) -> None:
     """Run `prop` under Hypothesis and raise its (shrunk) failure.
 
-    With `bundle_dir`, every failure first writes a failure bundle there (`rs_verify.bundle`),
+    With `bundle_dir`, every failure first writes a failure bundle there (`rs_verify.engine.bundle`),
     records the paths on the exception (`exc.rs_bundles`) and adds a replay command as a note.
     """
     try:
