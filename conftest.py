@@ -1,17 +1,12 @@
-"""Root conftest: device choice and Hypothesis profiles (see rs_verify.engine.profiles)."""
+"""Root conftest: the suite's backend choice (before triton is imported) and the Hypothesis profile.
+
+The project's own tests run on what this machine offers: CUDA when usable, else the Triton
+interpreter; `RS_VERIFY_DEVICE=cpu|cuda` forces one (`rs_verify.engine.device`).
+"""
 
 import os
 
-# The Triton interpreter must be chosen before triton is imported anywhere.
-if os.environ.get("TRITON_INTERPRET") is None:
-    try:
-        import torch
+from rs_verify.engine import device, profiles
 
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"
-    except ImportError:  # pragma: no cover - torch is a dependency
-        os.environ["TRITON_INTERPRET"] = "1"
-
-from rs_verify.engine import profiles  # noqa: E402  (after the device choice)
-
+device.resolve(os.environ.get("RS_VERIFY_DEVICE") or None)
 profiles.load()

@@ -17,9 +17,9 @@ Conventions:
   the tests' 16 (measured on 30 ci batches). None is built `.unvalidated()`: the property
   `unvalidated_in_bounds` calls `unvalidated()` on the mutant itself (which returns the
   patched class), while the validated sampler keeps `rejects_bad_input` meaningful.
-- `killers` are the properties expected to kill the mutant: `python -m mutants` re-runs them
-  with more examples when no property killed the mutant at the base count, and the meta-test
-  checks a few mutants against one of them only. The kill matrix written by
+- `killers` are the properties expected to kill the mutant (documentation; the meta-test checks
+  a few mutants against one of them only; `python -m mutants --escalate N` re-runs them for a
+  survivor as a diagnostic). The kill matrix written by
   `python -m mutants` (benchmarks/results/mutants/) is the measured truth.
 - Each patch's new text carries a `# MUTANT` comment, so a traceback or `inspect.getsource`
   on a mutant kernel shows what was planted.
@@ -528,43 +528,3 @@ def by_name(name: str, catalogue=None) -> Mutant:
         if m.name == name:
             return m
     raise KeyError(f"no mutant named {name!r}")
-
-
-# Why each property stays in the library even where it kills no mutant on its own (the kill
-# matrix's "mutants only it kills" column is empty for it). Read by `python -m mutants --report`.
-WHY_KEPT = {
-    "planner": "Checks the chunk planner itself (rs_verify.spec.chunking), which no sampler mutant patches: it guards "
-               "the contract that chunked samplers and the reference share (no split, cap, maximal, minimal).",
-    "rejects_bad_input": "Validation is shared code outside the mutated packages; the property gates third-party "
-                         "samplers that validate on their own (or not at all).",
-    "unvalidated_in_bounds": "The only property that feeds invalid input to a sampler with validation off: the "
-                             "NaN / no-finite-row failure mode is invisible to every other property.",
-    "philox_streams": "Checks the oracle's NumPy Philox against tl.rand / tl.randint (no sampler involved): the "
-                      "certification and the edge campaigns are only as good as these streams.",
-    "stream_edges": "Zero and tiny uniforms occur 2 and ~130 times in 2**32 draws: no generated batch reaches "
-                    "them, so the TINY clamp and the accurate log(1 - v) are guarded here alone.",
-    "tiny_temperatures": "The strategies draw T >= 0.05 and certification's tolerance grows with |x| / T: "
-                         "temperatures in (0, 1e-5] are only checked here.",
-    "determinism": "Every mutant here is deterministic (the interpreter has no races): it gates atomics, races "
-                   "and uninitialised memory on a GPU (planner_splits_request needed zero-filled statistics "
-                   "buffers to stay deterministic).",
-    "greedy_chain": "Greedy requests are compared with the exact argmax chain, independent of the reference and "
-                    "of any tolerance.",
-    "buffer_within_cap": "The only property that sees memory: an over-sized processed-logits buffer changes no "
-                         "output.",
-    "blackbox_chunking": "Chunking from outside, for samplers without internal chunking; it also sees "
-                         "batch-size-dependent numerics (sub-batches are smaller batches).",
-    "batch_invariance": "Permutation, split and merge: the streams must not depend on the batch row or the "
-                        "other requests.",
-    "chunked_equals_full": "Internal chunking against the full batch, bit for bit, at every cap.",
-    "certified_equivalence": "Every decision against the float64 reference with its margin: the broadest net.",
-    "output_invariants": "Reference-free structural checks (range, prefix, padding, residual support): they hold "
-                         "for samplers with their own streams, where certification is skipped.",
-    "closed_forms": "Acceptance rate min(1, p/q) and residual law per draft token: fast samplers only (skipped "
-                    "under the interpreter); with its own RNG a sampler is checked only by the tests of fit.",
-    "distribution_one_hot_drafts": "Test of fit for one-hot drafts, including a padded last draft: fast "
-                                   "samplers only.",
-    "distribution_model_drafts": "Test of fit over drafts drawn with the salted drafter stream: the only "
-                                 "property that sees a shared draft/resample stream in a sampler with its own RNG.",
-    "peak_memory_within_cap": "CUDA only (peak device memory of a Qwen-size batch): skipped on CPU.",
-}

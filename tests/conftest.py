@@ -2,23 +2,22 @@
 
 import pytest
 
+from reference import ReferenceSampler
+from rs_verify.engine import device
+from rs_verify.triton_sampler import TritonSampler
+
 SAMPLERS = ["reference", "triton"]
 
 
 @pytest.fixture(scope="session")
 def reference():
-    from reference import ReferenceSampler
-
     return ReferenceSampler()
 
 
 @pytest.fixture(scope="session")
 def triton_sampler():
-    from rs_verify.engine.runner import cuda_available
-    from rs_verify.triton_sampler import TritonSampler
-
-    # Tiny vocab blocks on CPU so small vocabularies still take multi-block reductions.
-    return TritonSampler() if cuda_available() else TritonSampler(block_v=16)
+    # Tiny vocab blocks under the interpreter so small vocabularies still take multi-block reductions.
+    return TritonSampler(block_v=16) if device.interpreted() else TritonSampler()
 
 
 @pytest.fixture(params=SAMPLERS)

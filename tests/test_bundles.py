@@ -9,7 +9,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from rs_verify import SpecBatch
-from rs_verify.engine import bundle, runner
+from rs_verify.engine import bundle, replay, runner
+from rs_verify.engine.records import Failure
 from rs_verify.properties import Property, PropertyFailure
 
 
@@ -51,9 +52,9 @@ def _same_batch(a: SpecBatch, b: SpecBatch) -> None:
 def test_round_trip(tmp_path, model):
     b = _batch(3, model=model, logprobs=2 if model else None)
     drawn = (b, 7, "permute", np.array([3, 1, 2], np.int32), None, 2**63 - 1, float("nan"))
-    path = bundle.save(tmp_path, prop_name="chunked_equals_full", sampler_spec="pkg.mod:factory", drawn=drawn,
-                       batch=b, reference_spec="reference", options={"profile": "ci", "device": "cpu"},
-                       message="PropertyFailure: boom")
+    failure = Failure("chunked_equals_full", "pkg.mod:factory", "property", "PropertyFailure: boom", batch=b,
+                      drawn=drawn)
+    path = bundle.save(tmp_path, failure, reference_spec="reference", options={"profile": "ci", "device": "cpu"})
     # A plain npz, readable without pickles, plus a JSON sidecar with the same metadata.
     with np.load(path, allow_pickle=False) as raw:
         meta = json.loads(str(raw[bundle.META_KEY][()]))
@@ -73,8 +74,7 @@ def test_round_trip(tmp_path, model):
     assert got.drawn[4] is None and got.drawn[5] == 2**63 - 1 and np.isnan(got.drawn[6])
     assert meta["batch"]["$batch"] == meta["drawn"]["$tuple"][0]["$batch"]
     # The same failure written twice lands in the same file.
-    again = bundle.save(tmp_path, prop_name="chunked_equals_full", sampler_spec="pkg.mod:factory", drawn=drawn,
-                        batch=b, reference_spec="reference", options={"profile": "ci", "device": "cpu"})
+    again = bundle.save(tmp_path, failure, reference_spec="reference", options={"profile": "ci", "device": "cpu"})
     assert again == path
 
 
@@ -103,22 +103,22 @@ def test_failure_bundle_holds_the_shrunk_input(tmp_path):
     assert b.batch.num_reqs == 2 and b.drawn[1] == 3  # the minimal failing input, not the first one found
     _same_batch(b.drawn[0], _batch(2))
     assert b.options["profile"] == "ci" and b.options["note"] == "test"
-    assert "replay with: rs-verify replay" in "\n".join(res.failure.__notes__)
+    assert "replay with: rs-verify replay" in res.failure.text()
+    assert "replay_bundle(" in res.failure.text()  # a short reproducer that loads the batch from the bundle
 
 
 def test_replay_reruns_the_check(tmp_path, monkeypatch):
-    """bundle.replay re-runs the stored property on the stored input against the stored sampler."""
+    """replay.replay_bundle re-runs the stored property on the stored input against the stored sampler."""
     from rs_verify.properties import PROPERTIES
 
-    path = bundle.save(tmp_path, prop_name="planner", sampler_spec="reference",
-                       drawn=(np.array([0, 3, 4, 9], np.int32), 4), options={"profile": "ci", "device": "cpu"})
-    b = bundle.load(path)
-    bundle.replay(b)  # the real planner is right: passes
+    path = bundle.save(tmp_path, Failure("planner", "reference", "property", "", drawn=(np.array([0, 3, 4, 9], np.int32), 4)),
+                       options={"profile": "ci", "device": "cpu"})
+    replay.replay_bundle(path)  # the real planner is right: passes
     seen = []
     real = PROPERTIES["planner"]
     monkeypatch.setitem(PROPERTIES, "planner", Property("planner", "planner", "", lambda ctx, d: seen.append(d),
                                                         strategy=real.strategy))
-    bundle.replay(b)
+    replay.replay_bundle(path)
     assert seen[0][0].tolist() == [0, 3, 4, 9] and seen[0][1] == 4
 
 
@@ -131,8 +131,8 @@ def _corrupt(tmp_path, name, members: dict):
 @pytest.mark.parametrize("case", ["missing", "text", "npy", "truncated", "no-meta", "foreign", "version",
                                   "bad-json", "missing-key", "missing-array", "pickled"])
 def test_corrupt_or_foreign_bundle_is_rejected(tmp_path, case):
-    good = bundle.save(tmp_path, prop_name="determinism", sampler_spec="reference", drawn=_batch(2),
-                       batch=_batch(2), options={"profile": "ci"})
+    good = bundle.save(tmp_path, Failure("determinism", "reference", "property", "", drawn=_batch(2), batch=_batch(2)),
+                       options={"profile": "ci"})
     with np.load(good, allow_pickle=False) as raw:
         members = {k: raw[k] for k in raw.files}
     meta = json.loads(str(members[bundle.META_KEY][()]))

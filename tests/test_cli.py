@@ -12,7 +12,7 @@ import pytest
 from rs_verify import SpecBatch
 from rs_verify.properties import PROPERTIES, PropertyFailure
 from rs_verify.properties.distribution import Fit
-from rs_verify.engine.runner import Result
+from rs_verify.engine.records import Failure, Outcome
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -102,11 +102,11 @@ def test_report_plots_every_kind(tmp_path):
     fits = [Fit(f"T=1.0 position {i}", 1000, rng.multinomial(1000, p).astype(float), p, 3.0, 0.5) for i in range(3)]
     lengths = np.array([0.5, 0.3, 0.2])
     fits.append(Fit("T=1.0 acceptance length", 1000, np.array([480.0, 320, 200]), lengths, 1.0, 0.6))
-    campaign = Result("distribution_model_drafts", "passed", 1.0, 1, stats={"fits": fits})
-    exc = PropertyFailure("chunked output differs", batch=_chunk_batch())
-    exc.rs_drawn = (exc.batch, 5)
-    chunked = Result("chunked_equals_full", "failed", 0.5, 7, message=str(exc), failure=exc,
-                     bundles=["b.npz"])
+    campaign = Outcome("distribution_model_drafts", "passed", 1.0, 1, stats={"fits": fits})
+    batch = _chunk_batch()
+    failure = Failure("chunked_equals_full", "toy", "property", "PropertyFailure: chunked output differs",
+                      batch=batch, drawn=(batch, 5), bundles=["b.npz"])
+    chunked = Outcome("chunked_equals_full", "failed", 0.5, 7, failure=failure)
     paths = write_report([campaign, chunked], tmp_path, meta={"sampler": "toy"})
     names = sorted(p.name for p in paths["plots"])
     assert names == ["chunked_equals_full-chunks.png", "distribution_model_drafts-acceptance.png",

@@ -11,8 +11,8 @@ metadata for people and CI logs.
 
 The drawn value is stored as a JSON tree in which arrays and batches are references
 to `.npy` members: `{"$array": key}`, `{"$batch": prefix, ...scalars}`,
-`{"$tuple": [...]}`. Imports NumPy only; the runner and samplers are imported by
-`replay()` when it runs.
+`{"$tuple": [...]}`. A codec only: it encodes `Failure` records and decodes bundles;
+replaying them is `rs_verify.engine.replay`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import time
@@ -33,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from ..spec.batch import ARRAY_FIELDS, SpecBatch
+from .records import Failure
+from .versions import versions
 
 FORMAT = "rs-verify-bundle"
 VERSION = 1
@@ -68,24 +69,6 @@ class Bundle:
 def replay_command(path) -> str:
     """The one-line shell command that replays the bundle at `path`."""
     return f"rs-verify replay {shlex.quote(str(path))}"
-
-
-# -- versions -----------------------------------------------------------------
-
-
-def versions() -> dict:
-    """Versions of Python and the packages a result depends on (without importing torch or triton)."""
-    from importlib import metadata
-
-    from .. import __version__
-
-    out = {"python": platform.python_version(), "numpy": np.__version__, "rs_verify": __version__}
-    for name in ("torch", "triton", "hypothesis", "scipy"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 # -- the drawn-value tree -------------------------------------------------------
@@ -207,14 +190,15 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.") or "sampler"
 
 
-def save(directory, *, prop_name: str, sampler_spec: str, drawn=None, batch: SpecBatch | None = None,
-         reference_spec: str | None = None, options: dict | None = None, message: str = "",
+def save(directory, failure: Failure, *, reference_spec: str | None = None, options: dict | None = None,
          name: str | None = None) -> Path:
-    """Write one bundle into `directory` and its JSON sidecar; return the `.npz` path.
+    """Write one failure record into `directory` as a bundle and its JSON sidecar; return the `.npz` path.
 
     The file name is `<property>-<sampler>-<hash>.npz`, the hash of the content: the same
     failure written twice lands in the same file.
     """
+    prop_name, sampler_spec, drawn, batch = failure.property, failure.sampler, failure.drawn, failure.batch
+    message = failure.message[:2000]
     enc = _Encoder()
     drawn_tree = enc.encode(drawn, "drawn")
     batch_tree = enc.encode(batch, "batch") if batch is not None else None
@@ -249,53 +233,6 @@ def save(directory, *, prop_name: str, sampler_spec: str, drawn=None, batch: Spe
                    replay=replay_command(path))
     path.with_suffix(".json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
     return path
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The failures in `exc`: itself, or the leaves of an exception group (Hypothesis: several bugs)."""
-    subs = getattr(exc, "exceptions", None)
-    if isinstance(subs, (list, tuple)) and subs and all(isinstance(e, BaseException) for e in subs):
-        return [leaf for sub in subs for leaf in _leaves(sub)]
-    return [exc]
-
-
-def _note(exc: BaseException, text: str) -> None:
-    if hasattr(exc, "add_note"):
-        exc.add_note(text)
-    else:  # pragma: no cover - Python 3.10
-        exc.__notes__ = [*getattr(exc, "__notes__", []), text]
-
-
-def write_failure(exc: BaseException, prop, ctx, directory, *, sampler_spec: str | None = None,
-                  reference_spec: str | None = None, options: dict | None = None) -> list[Path]:
-    """Write one bundle per failure in `exc` (one, or several in an exception group).
-
-    Records the paths as `exc.rs_bundles` and adds a replay command to each failure's notes.
-    A bundle that cannot be written adds a note saying why and never hides the failure.
-    """
-    from ..properties.base import sampler_name
-
-    spec = sampler_spec or getattr(ctx.sampler, "spec", None) or sampler_name(ctx.sampler)
-    opts = {"profile": ctx.profile, "device": ctx.device}
-    opts.update(options or {})
-    paths = []
-    for leaf in _leaves(exc):
-        if not hasattr(leaf, "rs_drawn"):
-            continue  # not raised by the property (e.g. a Hypothesis health check)
-        try:
-            path = save(directory, prop_name=prop.name, sampler_spec=spec, drawn=leaf.rs_drawn,
-                        batch=getattr(leaf, "batch", None), reference_spec=reference_spec, options=opts,
-                        message=f"{type(leaf).__name__}: {leaf}"[:2000])
-        except Exception as err:  # noqa: BLE001 - never hide the failure behind a bundle problem
-            _note(leaf, f"rs-verify: no failure bundle written ({type(err).__name__}: {err})")
-            continue
-        _note(leaf, f"failure bundle: {path}\nreplay with: {replay_command(path)}")
-        paths.append(path)
-    try:
-        exc.rs_bundles = [str(p) for p in paths]
-    except AttributeError:  # pragma: no cover
-        pass
-    return paths
 
 
 # -- reading --------------------------------------------------------------------
@@ -348,42 +285,3 @@ def load(path) -> Bundle:
     return Bundle(property=str(meta["property"]), sampler=str(meta["sampler"]), reference=meta.get("reference"),
                   options=meta["options"], versions=meta["versions"], message=meta.get("message", ""),
                   batch=batch, drawn=drawn, meta=meta, path=str(path))
-
-
-# -- replaying ------------------------------------------------------------------
-
-
-def replay_context(b: Bundle, *, sampler: str | None = None, reference: str | None = None,
-                   device: str | None = None, profile: str | None = None):
-    """`(property, context)` to re-run the bundle's check: its sampler, reference, profile and device
-    unless overridden. Raises `BundleError` when the property is unknown or does not apply, and
-    `ValueError` when a sampler cannot be loaded."""
-    from ..properties import PROPERTIES
-    from .runner import make_context, skip_reason
-    from .samplers import load_sampler
-
-    prop = PROPERTIES.get(b.property)
-    if prop is None:
-        raise BundleError(f"property {b.property!r} of the bundle is not registered in this rs-verify "
-                          f"({len(PROPERTIES)} properties; see `rs-verify list`)")
-    ref_spec = reference if reference is not None else (b.reference or "reference")
-    ref = load_sampler(ref_spec) if "reference" in prop.needs and ref_spec != "none" else None
-    recorded = b.options.get("device")
-    ctx = make_context(load_sampler(sampler or b.sampler), ref,
-                       profile=profile or b.options.get("profile") or "dev",
-                       device=device or (recorded if recorded in ("cpu", "cuda") else None))
-    reason = skip_reason(prop, ctx)
-    if reason:
-        raise BundleError(f"property {prop.name!r} does not apply here: {reason}")
-    return prop, ctx
-
-
-def replay(b: Bundle, **overrides):
-    """Re-run the bundle's property check on its input; raise the failure if it still fails.
-
-    Keyword overrides as for `replay_context`. Returns the context (whose `stats` hold, e.g.,
-    the fits of a distribution campaign).
-    """
-    prop, ctx = replay_context(b, **overrides)
-    prop.check(ctx, b.drawn)
-    return ctx

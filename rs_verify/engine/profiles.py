@@ -22,22 +22,13 @@ PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")
 # and the generated batches are large enough that these health checks would misfire.
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
-settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=_SLOW_OK)
-settings.register_profile(
-    "ci",
-    max_examples=40,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    print_blob=True,
-    suppress_health_check=_SLOW_OK,
-)
-settings.register_profile(
-    "gpu", max_examples=200, derandomize=True, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK
-)
-settings.register_profile(
-    "nightly", max_examples=2000, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK
-)
+# One failure per property: the gate reports the first bug it finds, shrunk, with its batch.
+_COMMON = dict(deadline=None, suppress_health_check=_SLOW_OK, report_multiple_bugs=False)
+
+settings.register_profile("dev", max_examples=20, **_COMMON)
+settings.register_profile("ci", max_examples=40, derandomize=True, database=None, print_blob=True, **_COMMON)
+settings.register_profile("gpu", max_examples=200, derandomize=True, print_blob=True, **_COMMON)
+settings.register_profile("nightly", max_examples=2000, print_blob=True, **_COMMON)
 
 # Batch sizes per profile (R = 0 is pinned by unit tests; drawing it here would spend
 # examples on empty batches): the interpreter costs a few ms per Triton program instance,
@@ -53,6 +44,15 @@ BATCH_KWARGS = {
 # Wall-clock budget for shrinking one failure, after which the smallest failing example found
 # so far is reported (see rs_verify.engine.runner.hypothesis_test).
 SHRINK_SECONDS = {"dev": 60, "ci": 45, "gpu": 120, "nightly": 600}
+
+
+def batch_kwargs(name: str) -> dict:
+    """The strategies' batch-size knobs for profile `name` (a copy; unknown names get dev's)."""
+    return dict(BATCH_KWARGS.get(name, BATCH_KWARGS["dev"]))
+
+
+def shrink_seconds(name: str) -> float:
+    return SHRINK_SECONDS.get(name, SHRINK_SECONDS["dev"])
 
 
 def default_profile_name() -> str:

@@ -1,10 +1,86 @@
-"""Copy-paste reproducers: a batch as Python code, and the snippet that re-runs a property."""
+"""The one replay path: re-run a property's check on one input, from a bundle or from code.
+
+`prepare()` builds the context exactly as the run that failed had it (its sampler, its
+reference only when the property needs one, its profile and device, each overridable);
+`replay()` runs the check. The CLI's `rs-verify replay`, the reproducer snippets in failure
+messages and bundles all come through here, so one failing input always replays under one
+context. The snippets are short: a bundle's loads the batch from the bundle file.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..properties.registry import PROPERTIES, Context, Property
 from ..spec.batch import ARRAY_FIELDS, SpecBatch
+from . import bundle as bundles
+from .context import make_context, skip_reason
+from .records import Failure
+from .samplers import load_sampler
+
+DEFAULT_REFERENCE = "reference"
+
+
+class ReplayError(ValueError):
+    """The input cannot be replayed here (unknown property, property does not apply, bad sampler)."""
+
+
+def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = DEFAULT_REFERENCE,
+            profile: str | None = None, device: str | None = None) -> tuple[Property, Context]:
+    """The property and the context to replay it in; `ReplayError` when that is not possible."""
+    prop = PROPERTIES.get(prop_name)
+    if prop is None:
+        raise ReplayError(f"property {prop_name!r} is not registered in this rs-verify "
+                          f"({len(PROPERTIES)} properties; see `rs-verify list`)")
+    try:
+        sampler = load_sampler(sampler_spec)
+        wants_ref = "reference" in prop.needs and reference_spec not in (None, "", "none")
+        reference = load_sampler(reference_spec) if wants_ref else None
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from exc
+    ctx = make_context(sampler, reference, profile=profile or "dev", device=device)
+    reason = skip_reason(prop, ctx)
+    if reason:
+        raise ReplayError(f"property {prop.name!r} does not apply here: {reason}")
+    return prop, ctx
+
+
+def prepare_bundle(b: bundles.Bundle, *, sampler: str | None = None, reference: str | None = None,
+                   profile: str | None = None, device: str | None = None) -> tuple[Property, Context]:
+    """`prepare()` with the bundle's recorded sampler, reference, profile and device unless overridden."""
+    recorded = b.options.get("device")
+    return prepare(b.property, sampler or b.sampler,
+                   reference_spec=reference if reference is not None else (b.reference or DEFAULT_REFERENCE),
+                   profile=profile or b.options.get("profile"),
+                   device=device or (recorded if recorded in ("cpu", "cuda") else None))
+
+
+def replay(prop_name: str, sampler_spec: str, drawn, **context) -> Context:
+    """Re-run one property check on one input; raises the failure again if it still fails.
+
+    Keyword arguments as for `prepare()`. Returns the context (its `stats` hold, e.g., the
+    fits of a distribution campaign).
+    """
+    prop, ctx = prepare(prop_name, sampler_spec, **context)
+    prop.check(ctx, drawn)
+    return ctx
+
+
+def replay_bundle(path, **overrides) -> Context:
+    """Re-run the failure stored in the bundle at `path` (overrides as for `prepare_bundle`)."""
+    b = bundles.load(path)
+    prop, ctx = prepare_bundle(b, **overrides)
+    prop.check(ctx, b.drawn)
+    return ctx
+
+
+# -- reproducer snippets -------------------------------------------------------------
+
+
+def bundle_snippet(path) -> str:
+    """A short script that replays a bundle (the batch is read from the file)."""
+    return ("from rs_verify.engine.replay import replay_bundle\n"
+            f"replay_bundle({str(path)!r})  # raises the failure again while it reproduces\n")
 
 
 def _array_code(a) -> str:
@@ -17,29 +93,29 @@ def _array_code(a) -> str:
 def batch_to_code(batch: SpecBatch) -> str:
     """Python source that rebuilds `batch` exactly (float32 values round-trip through repr)."""
     args = [f"    {name}={_array_code(getattr(batch, name))}," for name in ARRAY_FIELDS]
-    args += [
-        f"    num_speculative_steps={batch.num_speculative_steps!r},",
-        f"    logits_dtype={batch.logits_dtype!r},",
-        f"    num_logprobs={batch.num_logprobs!r},",
-        f"    logprobs_mode={batch.logprobs_mode!r},",
-    ]
+    args += [f"    {name}={getattr(batch, name)!r}," for name in
+             ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode")]
     return "SpecBatch(\n" + "\n".join(args) + "\n)"
 
 
-def replay_snippet(prop_name: str, sampler_spec: str, drawn, batch: SpecBatch) -> str:
-    """A self-contained script that re-runs property `prop_name` on the failing input."""
-    extra = ""
-    if isinstance(drawn, tuple) and len(drawn) > 1:
-        rest = ", ".join(repr(x) for x in drawn[1:])
-        extra = f"drawn = (batch, {rest})\n"
+def code_snippet(failure: Failure) -> str:
+    """A self-contained script that re-runs the failing property on its input (no bundle needed)."""
+    batch = failure.failing_batch()
+    if batch is None:  # a fixed campaign (re-runs from its seed) or a draw without a batch
+        return ("from rs_verify.engine.replay import replay\n"
+                f"replay({failure.property!r}, {failure.sampler!r}, {failure.drawn!r})\n")
+    drawn = failure.drawn
+    if isinstance(drawn, tuple) and len(drawn) > 1 and drawn[0] is batch:
+        rest = "".join(f", {x!r}" for x in drawn[1:])
+        drawn_code = f"drawn = (batch{rest})\n"
+    elif drawn is batch or drawn is None:
+        drawn_code = "drawn = batch\n"
     else:
-        extra = "drawn = batch\n"
-    return (
-        "import numpy as np\n"
-        "from numpy import inf, nan\n"
-        "from rs_verify import SpecBatch\n"
-        "from rs_verify.engine.runner import replay\n"
-        f"batch = {batch_to_code(batch)}\n"
-        f"{extra}"
-        f"replay({prop_name!r}, {sampler_spec!r}, drawn)\n"
-    )
+        drawn_code = f"drawn = {drawn!r}\n"
+    return ("import numpy as np\n"
+            "from numpy import inf, nan\n"
+            "from rs_verify import SpecBatch\n"
+            "from rs_verify.engine.replay import replay\n"
+            f"batch = {batch_to_code(batch)}\n"
+            f"{drawn_code}"
+            f"replay({failure.property!r}, {failure.sampler!r}, drawn)\n")

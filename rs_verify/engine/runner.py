@@ -1,202 +1,160 @@
-"""Running properties: applicability, the Hypothesis wrapper, results and replay.
+"""Running properties under Hypothesis and handing back `Outcome` / `Failure` records.
 
-The tests, the CLI and the pytest plugin all run properties through this module, so a
-property is written once (in `rs_verify.properties`) and wrapped thinly everywhere.
+The tests, the CLI, the pytest plugin and the mutation campaign all run properties through
+`run()`, so a property is written once (in `rs_verify.properties`) and wrapped thinly everywhere.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from hypothesis import given, settings
 from hypothesis.control import current_build_context
 
-from . import profiles
-from ..properties import PROPERTIES, Context, Property, PropertyFailure
-from ..properties.base import NEEDS, sampler_name, supports_chunking, uses_spec_streams
-from .replay import replay_snippet
+from ..properties.registry import PROPERTIES, Context, Property, PropertyFailure
+from . import bundle, profiles, replay
+from .context import describe, make_context, skip_reason
+from .records import ERROR, PROPERTY, Failure, Outcome
+
+__all__ = ["make_context", "pytest_run", "run", "skip_reason"]
 
 
-def cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+class _Capture:
+    """What the property saw when it failed, keyed by the exception object.
+
+    Hypothesis re-raises the exception of its final (shrunk) replay, so looking the raised
+    exception up here gives the minimal input; the first failure's example index is kept too.
+    """
+
+    def __init__(self):
+        self.by_exc: dict[int, tuple[BaseException, object]] = {}
+        self.first_at: int | None = None
+        self.first_time: float | None = None
+
+    def record(self, exc: BaseException, drawn, index: int) -> None:
+        self.by_exc[id(exc)] = (exc, drawn)
+        if self.first_at is None:
+            self.first_at, self.first_time = index, time.monotonic()
+
+    def drawn_for(self, exc: BaseException):
+        hit = self.by_exc.get(id(exc))
+        return (True, hit[1]) if hit is not None and hit[0] is exc else (False, None)
 
 
-def capabilities(ctx: Context) -> set[str]:
-    caps = {"triton"}
-    s = ctx.sampler
-    if supports_chunking(s):
-        caps.add("chunking")
-    if uses_spec_streams(s):
-        caps.add("spec_streams")
-    if ctx.reference is not None:
-        caps.add("reference")
-    if getattr(s, "memory_stats", False):
-        caps.add("memory_stats")
-    if callable(getattr(s, "unvalidated", None)):
-        caps.add("unvalidated")
-    if ctx.device == "cuda" or cuda_available():
-        caps.add("cuda")
-    if not getattr(s, "interpreted", False):
-        caps.add("fast")
-    return caps
+def _settings_for(prop: Property, ctx: Context, base: settings | None) -> settings:
+    if base is None:
+        base = settings.get_profile(ctx.profile) if ctx.profile in profiles.PROFILE_NAMES else settings()
+    return settings(base, max_examples=max(1, round(base.max_examples * prop.examples_scale)))
 
 
-def skip_reason(prop: Property, ctx: Context) -> str | None:
-    """Why `prop` does not apply to this context, or None when it does."""
-    missing = sorted(prop.needs - capabilities(ctx))
-    return "; ".join(NEEDS[m] for m in missing) if missing else None
+def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, capture: _Capture | None = None):
+    """A zero-argument callable that runs `prop` under Hypothesis (or once, for a fixed campaign)."""
+    capture = capture if capture is not None else _Capture()
 
+    def check(drawn):
+        ctx.count("examples")
+        try:
+            prop.check(ctx, drawn)
+        except Exception as exc:
+            capture.record(exc, drawn, ctx.stats["examples"])
+            raise
 
-def make_context(sampler, reference=None, *, profile: str | None = None, device: str | None = None) -> Context:
-    name = profile or profiles.active()
-    return Context(
-        sampler=sampler,
-        reference=reference,
-        profile=name,
-        batch_kwargs=dict(profiles.BATCH_KWARGS.get(name, profiles.BATCH_KWARGS["dev"])),
-        device=device or ("cuda" if cuda_available() else "cpu"),
-    )
-
-
-def _remember(exc: BaseException, drawn) -> None:
-    """Keep the drawn input on the exception: Hypothesis re-raises the shrunk failure, so the
-    exception that reaches `check()` carries the minimal input (for failure bundles)."""
-    try:
-        exc.rs_drawn = drawn
-    except AttributeError:  # pragma: no cover - exceptions with __slots__
-        pass
-
-
-def _annotate(exc: BaseException, prop: Property, ctx: Context, drawn) -> None:
-    batch = getattr(exc, "batch", None)
-    if batch is None:
-        return
-    spec = getattr(ctx.sampler, "spec", None) or sampler_name(ctx.sampler)
-    exc.add_note(f"property: {prop.name} ({prop.doc})\nsampler: {spec}\nbatch: {batch.summary()}")
-    exc.add_note("reproduce with:\n" + replay_snippet(prop.name, spec, drawn, batch))
-
-
-def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None):
-    """A zero-argument callable that runs `prop` under Hypothesis with the current profile."""
-    base = base or (settings.get_profile(ctx.profile) if ctx.profile in profiles.PROFILE_NAMES else settings())
     if prop.strategy is None:
-        def fixed():
-            ctx.count("examples")
-            try:
-                prop.check(ctx, None)
-            except PropertyFailure as exc:
-                _remember(exc, None)
-                _annotate(exc, prop, ctx, None)
-                raise
-            except Exception as exc:
-                _remember(exc, None)
-                raise
-        return fixed
+        return lambda: check(None)
 
-    examples = max(1, round(base.max_examples * prop.examples_scale))
-    budget = profiles.SHRINK_SECONDS.get(ctx.profile, profiles.SHRINK_SECONDS["dev"])
-    first_failure: list[float] = []
+    budget = profiles.shrink_seconds(ctx.profile)
 
-    @settings(base, max_examples=examples)
+    @_settings_for(prop, ctx, base)
     @given(prop.strategy(ctx))
     def test(drawn):
         # Shrinking through the Triton interpreter can take many minutes: once the shrink
         # budget is spent, further shrink candidates pass without running the sampler, so
         # Hypothesis stops and reports the smallest failure found so far (its final replay,
         # `is_final`, always runs the real check).
-        if first_failure and time.monotonic() - first_failure[0] > budget and not current_build_context().is_final:
+        if (capture.first_time is not None and time.monotonic() - capture.first_time > budget
+                and not current_build_context().is_final):
             return
-        ctx.count("examples")
-        try:
-            prop.check(ctx, drawn)
-        except PropertyFailure as exc:
-            first_failure[:1] = first_failure[:1] or [time.monotonic()]
-            _remember(exc, drawn)
-            _annotate(exc, prop, ctx, drawn)
-            raise
-        except Exception as exc:
-            first_failure[:1] = first_failure[:1] or [time.monotonic()]
-            _remember(exc, drawn)
-            raise
+        check(drawn)
 
     # Give every (property, sampler) pair its own key in the example database.
-    test.hypothesis.inner_test._hypothesis_internal_add_digest = f"{prop.name}:{sampler_name(ctx.sampler)}".encode()
+    test.hypothesis.inner_test._hypothesis_internal_add_digest = f"{prop.name}:{describe(ctx.sampler)}".encode()
     return test
 
 
-@dataclass
-class Result:
-    name: str
-    status: str  # "passed", "failed", "skipped", "error"
-    seconds: float = 0.0
-    examples: int = 0
-    excused: int = 0
-    message: str = ""
-    failure: BaseException | None = field(default=None, repr=False)
-    stats: dict = field(default_factory=dict, repr=False)  # ctx.stats after the run (e.g. "fits")
-    bundles: list = field(default_factory=list)  # failure bundles written (paths)
-
-
-def check(prop: Property, ctx: Context, base: settings | None = None, *, bundle_dir=None,
-          sampler_spec: str | None = None, reference_spec: str | None = None, options: dict | None = None) -> None:
-    """Run `prop` under Hypothesis and raise its (shrunk) failure.
-
-    With `bundle_dir`, every failure first writes a failure bundle there (`rs_verify.engine.bundle`),
-    records the paths on the exception (`exc.rs_bundles`) and adds a replay command as a note.
-    """
-    try:
-        hypothesis_test(prop, ctx, base)()
-    except Exception as exc:
-        if bundle_dir is not None:
-            from . import bundle
-
-            bundle.write_failure(exc, prop, ctx, bundle_dir, sampler_spec=sampler_spec,
-                                 reference_spec=reference_spec, options=options)
-        raise
+def failure_record(prop: Property, ctx: Context, exc: BaseException, capture: _Capture) -> Failure:
+    """The record of the exception Hypothesis raised: its input when the property saw one."""
+    seen, drawn = capture.drawn_for(exc)
+    batch = getattr(exc, "batch", None) if isinstance(exc, PropertyFailure) else None
+    failure = Failure(property=prop.name, sampler=describe(ctx.sampler),
+                      kind=PROPERTY if isinstance(exc, AssertionError) else ERROR,
+                      message=f"{type(exc).__name__}: {exc}", batch=batch, drawn=drawn if seen else None,
+                      found_at=capture.first_at, replayable=seen, exception=exc)
+    failure.notes.append(f"property: {prop.name} ({prop.doc})\nsampler: {failure.sampler}")
+    shown = failure.failing_batch()
+    if shown is not None:
+        failure.notes.append(f"batch: {shown.summary()}")
+    if not seen:
+        failure.notes.append("the failing input is unknown (the error was raised outside the property's check)")
+    return failure
 
 
 def run(prop: Property, ctx: Context, base: settings | None = None, *, bundle_dir=None,
-        sampler_spec: str | None = None, reference_spec: str | None = None, options: dict | None = None) -> Result:
-    """Run one property; never raises for a property failure (the CLI's entry point)."""
+        sampler_spec: str | None = None, reference_spec: str | None = None, options: dict | None = None) -> Outcome:
+    """Run one property; never raises for a failure of the property or of the sampler.
+
+    With `bundle_dir`, a failure with a known input is also written as a failure bundle there
+    and its notes say how to replay it; without, its notes carry a self-contained reproducer.
+    """
     reason = skip_reason(prop, ctx)
     if reason:
-        return Result(prop.name, "skipped", message=reason)
+        return Outcome(prop.name, "skipped", reason=reason, self_check=prop.self_check)
     ctx.stats.clear()
+    capture = _Capture()
     start = time.perf_counter()
+    failure = None
     try:
-        check(prop, ctx, base, bundle_dir=bundle_dir, sampler_spec=sampler_spec,
-              reference_spec=reference_spec, options=options)
-        status, msg, failure = "passed", "", None
-    except (AssertionError, Exception) as exc:  # noqa: BLE001 - reported, not swallowed
-        status = "failed" if isinstance(exc, AssertionError) else "error"
-        msg, failure = f"{type(exc).__name__}: {exc}", exc
-    return Result(prop.name, status, time.perf_counter() - start, ctx.stats.get("examples", 0),
-                  ctx.stats.get("excused", 0), msg, failure, dict(ctx.stats),
-                  list(getattr(failure, "rs_bundles", []) or []))
+        hypothesis_test(prop, ctx, base, capture)()
+    except Exception as exc:  # noqa: BLE001 - turned into a Failure record, never swallowed
+        failure = failure_record(prop, ctx, exc, capture)
+        if sampler_spec:
+            failure.sampler = sampler_spec
+        _attach_reproducer(failure, ctx, bundle_dir, reference_spec, options)
+    return Outcome(prop.name, "failed" if failure else "passed", time.perf_counter() - start,
+                   ctx.stats.get("examples", 0), ctx.stats.get("excused", 0), failure=failure,
+                   stats=dict(ctx.stats), self_check=prop.self_check)
 
 
-def replay(prop_name: str, sampler_spec: str, drawn, reference_spec: str = "reference") -> None:
-    """Re-run one property check on one input (raises the failure again if it still fails)."""
-    from .samplers import load_sampler
-
-    prop = PROPERTIES[prop_name]
-    ctx = make_context(load_sampler(sampler_spec), load_sampler(reference_spec))
-    prop.check(ctx, drawn)
-    print(f"{prop_name}: passed on this input")
+def _attach_reproducer(failure: Failure, ctx: Context, bundle_dir, reference_spec, options) -> None:
+    if not failure.replayable:
+        return
+    if bundle_dir is None:
+        failure.notes.append("reproduce with:\n" + replay.code_snippet(failure))
+        return
+    opts = {"profile": ctx.profile, "device": ctx.device, **(options or {})}
+    try:
+        path = bundle.save(bundle_dir, failure, reference_spec=reference_spec, options=opts)
+    except Exception as err:  # noqa: BLE001 - never hide the failure behind a bundle problem
+        failure.notes.append(f"rs-verify: no failure bundle written ({type(err).__name__}: {err})")
+        failure.notes.append("reproduce with:\n" + replay.code_snippet(failure))
+        return
+    failure.bundles.append(str(path))
+    failure.notes.append(f"failure bundle: {path}\nreplay with: {bundle.replay_command(path)}\n"
+                         f"or in Python:\n{replay.bundle_snippet(path)}")
 
 
 def pytest_run(name: str, sampler, reference=None) -> None:
-    """Run property `name` inside a pytest test: skip with the reason when it does not apply."""
-    import pytest
+    """Run property `name` inside a pytest test: skip with the reason when it does not apply,
+    fail with the failure's text (the original exception chained) when it does not hold."""
+    import pytest  # lazy: the engine is used outside pytest too (CLI, campaigns)
 
     prop = PROPERTIES[name]
-    ctx = make_context(sampler, reference)
-    reason = skip_reason(prop, ctx)
-    if reason:
-        pytest.skip(reason)
-    hypothesis_test(prop, ctx)()
+    outcome = run(prop, make_context(sampler, reference))
+    if outcome.status == "skipped":
+        pytest.skip(outcome.reason)
+    if outcome.failure is not None:
+        exc = outcome.failure.exception
+        if isinstance(exc, AssertionError):
+            raise AssertionError(outcome.failure.text()) from exc
+        for note in outcome.failure.notes:
+            exc.add_note(note)
+        raise exc

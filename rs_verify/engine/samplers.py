@@ -12,7 +12,7 @@ BUILTIN = {
 }
 
 
-def _import(module_name: str):
+def import_module(module_name: str):
     """Import `module_name`; like `python -m`, a module of the current directory is found too."""
     try:
         return importlib.import_module(module_name)
@@ -36,7 +36,7 @@ def load_sampler(spec: str, **kwargs):
         raise ValueError(f"sampler {spec!r}: expected a built-in name {sorted(BUILTIN)} or 'module:attribute'")
     module_name, attr = target.split(":", 1)
     try:
-        module = _import(module_name)
+        module = import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"sampler {spec!r}: cannot import module {module_name!r}: {exc}") from exc
     obj = module

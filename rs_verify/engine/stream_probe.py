@@ -18,9 +18,11 @@ torch and triton are imported lazily, so importing this module is cheap.
 
 from __future__ import annotations
 
-import os
+import sys
 
 import numpy as np
+
+from . import device
 
 __all__ = ["probe_device", "triton_rand", "triton_randint", "triton_resample_noise"]
 
@@ -30,24 +32,15 @@ _KERNELS = None
 
 
 def _ensure_backend():
-    """Pick the interpreter when there is no GPU and triton has not been imported yet."""
-    import sys
-
-    if "triton" not in sys.modules and os.environ.get("TRITON_INTERPRET") is None:
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ["TRITON_INTERPRET"] = "1"
+    """Make the suite's backend choice if triton has not been imported yet."""
+    if "triton" not in sys.modules:
+        device.resolve()
 
 
 def probe_device() -> str:
     """`"cuda"` when kernels run compiled on a GPU, `"cpu"` under the Triton interpreter."""
     _ensure_backend()
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "cpu"
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cpu" if device.interpreted() else "cuda"
 
 
 def _kernels():

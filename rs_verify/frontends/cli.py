@@ -1,51 +1,57 @@
-"""The `rs-verify` command line: check, list, replay, bench."""
+"""The `rs-verify` command line: check, list, replay, bench.
+
+Importing this module imports neither torch nor triton: the device is chosen first
+(`rs_verify.engine.device`), then samplers are loaded.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
+import ast
+import subprocess
 import sys
 import time
+from pathlib import Path
+
+from hypothesis import settings
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..engine import bundle as bundles
+from ..engine import database, device, profiles, replay, runner
+from ..engine.samplers import BUILTIN, load_sampler
+from ..engine.versions import versions
+from ..properties import NEEDS, PROPERTIES, by_cost
+from .report import write_report
+
+STATUS_STYLE = {"passed": "green", "failed": "red", "skipped": "yellow"}
 
 
-def _prepare_device(device: str | None) -> str:
-    """Choose cuda or the Triton interpreter before triton is imported."""
-    import torch
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    elif not torch.cuda.is_available():
-        raise SystemExit("rs-verify: --device cuda requested but CUDA is not available")
-    return device
+def _device(requested: str | None, profile: str | None = None) -> str:
+    """The suite's backend choice; exit 2 with the reason when the requested device is not usable."""
+    try:
+        chosen = device.resolve(requested)
+    except device.DeviceError as exc:
+        raise SystemExit(f"rs-verify: {exc}") from None
+    if profile == "gpu" and chosen != "cuda":
+        raise SystemExit(f"rs-verify: the gpu profile needs CUDA, which is not usable here "
+                         f"({device.cuda_status()[1]})")
+    return chosen
 
 
 def _selected(only, skip):
-    from ..properties import PROPERTIES
-
-    names = list(PROPERTIES)
     unknown = [n for n in (only or []) + (skip or []) if n not in PROPERTIES]
     if unknown:
         raise SystemExit(f"rs-verify: unknown properties {unknown}; see `rs-verify list`")
-    if only:
-        names = [n for n in names if n in only]
-    return [PROPERTIES[n] for n in names if n not in (skip or [])]
+    names = [n for n in PROPERTIES if (not only or n in only) and n not in (skip or [])]
+    return [PROPERTIES[n] for n in names]
 
 
 def cmd_check(args) -> int:
-    from hypothesis import settings
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ..engine import database, profiles, runner
-    from ..engine.bundle import DEFAULT_DIR
-    from ..engine.samplers import load_sampler
-
-    device = _prepare_device(args.device)
-    profile = profiles.load(args.profile)
     console = Console(stderr=False)
+    dev = _device(args.device, args.profile)
+    profile = profiles.load(args.profile)
     url = database.redis_url(args.redis)
     if url:
         try:
@@ -64,92 +70,89 @@ def cmd_check(args) -> int:
     props = _selected(args.only, args.skip)
     bundle_dir = None
     if not args.no_bundles:
-        bundle_dir = args.bundle_dir or (os.path.join(args.report, "bundles") if args.report else DEFAULT_DIR)
-    options = {"profile": profile, "device": device, "runner": "cli"}
+        bundle_dir = args.bundle_dir or (str(Path(args.report) / "bundles") if args.report else bundles.DEFAULT_DIR)
+    options = {"profile": profile, "device": dev, "runner": "cli"}
     if args.max_examples is not None:
         options["max_examples"] = args.max_examples
-    console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {device}, "
+    console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {dev}, "
                   f"profile {profile}, {len(props)} properties, example database: "
                   f"{database.describe(settings().database)}")
     results = []
     for i, prop in enumerate(props, 1):
-        ctx = runner.make_context(sampler, reference, profile=profile, device=device)
+        ctx = runner.make_context(sampler, reference, profile=profile, device=dev)
         with console.status(f"[{i}/{len(props)}] {prop.name}: {escape(prop.doc)}"):
             res = runner.run(prop, ctx, base, bundle_dir=bundle_dir, sampler_spec=args.sampler,
                              reference_spec=reference_spec, options=options)
         results.append(res)
-        style = {"passed": "green", "failed": "red", "error": "red", "skipped": "yellow"}[res.status]
-        skipped = " - " + escape(res.message) if res.status == "skipped" else ""
-        console.print(f"[{i}/{len(props)}] [{style}]{res.status:7}[/] {prop.name} "
+        status = "self-check" if res.self_check and res.status == "passed" else res.status
+        skipped = " - " + escape(res.reason) if res.status == "skipped" else ""
+        console.print(f"[{i}/{len(props)}] [{STATUS_STYLE[res.status]}]{status:10}[/] {prop.name} "
                       f"({res.examples} examples, {res.seconds:.1f} s){skipped}")
         if res.failure is not None:
-            console.print(_failure_text(res.failure), markup=False, highlight=False)
-    table = Table(title=f"rs-verify: {args.sampler}")
-    for col in ("property", "status", "examples", "excused", "failures", "time (s)"):
-        table.add_column(col, no_wrap=col == "property")
-    for r in results:
-        table.add_row(r.name, r.status, str(r.examples), str(r.excused),
-                      "1" if r.status in ("failed", "error") else "0", f"{r.seconds:.1f}")
-    console.print(table)
-    failed = [r for r in results if r.status in ("failed", "error")]
-    console.print(f"{sum(r.status == 'passed' for r in results)} passed, {len(failed)} failed, "
-                  f"{sum(r.status == 'skipped' for r in results)} skipped")
+            console.print(res.failure.text(), markup=False, highlight=False)
+    _print_summary(console, args.sampler, results)
     if args.report:
-        from ..engine.bundle import versions
-        from .report import write_report
-
-        meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": device,
+        meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": dev,
                 "database": database.describe(settings().database), "versions": versions(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "max_examples": args.max_examples}
         paths = write_report(results, args.report, meta=meta)
         console.print(f"report: {paths['markdown']}, {paths['json']} and {len(paths['plots'])} plot(s) in "
                       f"{args.report}", markup=False, highlight=False)
-    return 1 if failed else 0
+    return 1 if any(r.status == "failed" for r in results) else 0
 
 
-def _failure_text(exc: BaseException) -> str:
-    notes = "\n".join(getattr(exc, "__notes__", []))
-    return f"{type(exc).__name__}: {exc}\n{notes}".rstrip()
+def _print_summary(console, sampler_spec: str, results) -> None:
+    table = Table(title=f"rs-verify: {sampler_spec}")
+    for col in ("property", "status", "examples", "excused", "failures", "time (s)"):
+        table.add_column(col, no_wrap=col == "property")
+    for r in results:
+        status = f"{r.status} (self-check)" if r.self_check else r.status
+        table.add_row(r.name, status, str(r.examples), str(r.excused), str(int(r.status == "failed")),
+                      f"{r.seconds:.1f}")
+    console.print(table)
+    failed = sum(r.status == "failed" for r in results)
+    console.print(f"{sum(r.status == 'passed' for r in results)} passed, {failed} failed, "
+                  f"{sum(r.status == 'skipped' for r in results)} skipped")
+    checks = [r.name for r in results if r.self_check and r.status == "passed"]
+    if checks:
+        console.print("self-checks of the suite (they do not call the sampler): " + ", ".join(checks))
 
 
 def cmd_replay(args) -> int:
     """Re-run the failure stored in a bundle: exit 1 if it still fails, 0 if not, 2 if unusable."""
-    from ..engine import bundle as bundles
-
     try:
         b = bundles.load(args.bundle)
     except bundles.BundleError as exc:
         print(f"rs-verify replay: {exc}", file=sys.stderr)
         return 2
     recorded = b.options.get("device")
-    device = _prepare_device(args.device or (recorded if recorded in ("cpu", "cuda") else None))
+    dev = _device(args.device or (recorded if recorded in device.DEVICES else None))
     sampler = args.sampler or b.sampler
     what = b.batch.summary() if b.batch is not None else "its fixed-seed campaign"
-    print(f"replaying property {b.property!r} on sampler {sampler} ({device}, profile "
+    print(f"replaying property {b.property!r} on sampler {sampler} ({dev}, profile "
           f"{args.profile or b.options.get('profile')}); recorded with rs-verify {b.versions.get('rs_verify')}, "
           f"sampler {b.sampler}\ninput: {what}")
     try:
-        prop, ctx = bundles.replay_context(b, sampler=args.sampler, reference=args.reference, device=device,
-                                           profile=args.profile)
-    except (bundles.BundleError, ValueError) as exc:
+        prop, ctx = replay.prepare_bundle(b, sampler=args.sampler, reference=args.reference, device=dev,
+                                          profile=args.profile)
+    except replay.ReplayError as exc:
         print(f"rs-verify replay: {exc}", file=sys.stderr)
         return 2
     try:
         prop.check(ctx, b.drawn)
     except Exception as exc:  # noqa: BLE001 - the failure is the result
-        print(f"STILL FAILS: {prop.name} on {sampler}\n{_failure_text(exc)}")
+        notes = "\n".join(getattr(exc, "__notes__", []))
+        print(f"STILL FAILS: {prop.name} on {sampler}\n{type(exc).__name__}: {exc}\n{notes}".rstrip())
         return 1
     print(f"PASSES: {prop.name} holds on this input for {sampler} (the bundle's failure no longer reproduces)")
     return 0
 
 
 def bench_dirs() -> list:
-    """Where benchmark scripts are looked up: ./benchmarks, then the source tree's benchmarks/."""
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parents[1] / "benchmarks"
-    dirs = [Path.cwd() / "benchmarks", here]
-    return [d for i, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:i]]]
+    """Where benchmark scripts are looked up: ./benchmarks (the scripts live in a source checkout,
+    not in the installed package: run `rs-verify bench` from the repository root)."""
+    d = Path.cwd() / "benchmarks"
+    return [d] if d.is_dir() else []
 
 
 def benchmarks() -> dict:
@@ -163,8 +166,6 @@ def benchmarks() -> dict:
 
 
 def _first_doc_line(path) -> str:
-    import ast
-
     try:
         doc = ast.get_docstring(ast.parse(path.read_text()))
     except (SyntaxError, OSError, UnicodeDecodeError):
@@ -173,8 +174,6 @@ def _first_doc_line(path) -> str:
 
 
 def cmd_bench(args) -> int:
-    import subprocess
-
     found = benchmarks()
     if args.list or not (args.name or args.all):
         if not found:
@@ -201,18 +200,13 @@ def cmd_bench(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from ..properties import PROPERTIES
-    from ..properties.base import NEEDS
-    from ..engine.samplers import BUILTIN
-
-    table = Table(title="properties")
+    table = Table(title="properties (cheapest first)")
     for col in ("name", "family", "needs", "what it checks"):
         table.add_column(col)
-    for p in PROPERTIES.values():
-        table.add_row(p.name, p.family, ", ".join(sorted(p.needs)) or "-", p.doc)
+    for name in by_cost():
+        p = PROPERTIES[name]
+        doc = p.doc + (" [self-check of the suite: does not call the sampler]" if p.self_check else "")
+        table.add_row(p.name, p.family, ", ".join(sorted(p.needs)) or "-", doc)
     console = Console()
     console.print(table)
     samplers = Table(title="built-in samplers")
@@ -231,10 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="run the property library against a sampler")
     check.add_argument("--sampler", default="triton", help="built-in name or module:attribute (default: triton)")
     check.add_argument("--reference", default="reference", help="the oracle sampler, or 'none'")
-    check.add_argument("--profile", choices=("dev", "ci", "gpu", "nightly"), default=None,
+    check.add_argument("--profile", choices=profiles.PROFILE_NAMES, default=None,
                        help="Hypothesis profile (default: HYPOTHESIS_PROFILE, ci under CI, else dev)")
-    check.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                       help="default: cuda when available, else the Triton interpreter on CPU")
+    check.add_argument("--device", choices=device.DEVICES, default=None,
+                       help="default: cuda when usable, else the Triton interpreter on CPU (never a silent "
+                            "fallback on a machine with an NVIDIA driver; see rs_verify.engine.device)")
     check.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")
     check.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
     check.add_argument("--skip", nargs="+", metavar="PROPERTY", help="skip these properties")
@@ -253,9 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("bundle", metavar="BUNDLE", help="a .npz failure bundle written by check or the pytest plugin")
     rep.add_argument("--sampler", default=None, help="replay on this sampler instead of the bundle's")
     rep.add_argument("--reference", default=None, help="the oracle (default: the bundle's)")
-    rep.add_argument("--device", choices=("cpu", "cuda"), default=None,
+    rep.add_argument("--device", choices=device.DEVICES, default=None,
                      help="default: the bundle's device, else cuda when available")
-    rep.add_argument("--profile", choices=("dev", "ci", "gpu", "nightly"), default=None,
+    rep.add_argument("--profile", choices=profiles.PROFILE_NAMES, default=None,
                      help="default: the bundle's profile (sets e.g. a distribution campaign's trials)")
     rep.set_defaults(func=cmd_replay)
     bench = sub.add_parser("bench", help="run the scripts under benchmarks/ (--list shows them)")

@@ -16,15 +16,20 @@ failure bundle (`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`. Witho
 
 from __future__ import annotations
 
+import inspect
 import os
-import sys
 
 import pytest
 
-PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")  # = rs_verify.engine.profiles.PROFILE_NAMES
+from ..engine import device as devices
+
+# Loading the plugin must stay light (pytest loads it in every session of an environment where
+# rs-verify is installed): the engine and the properties (numpy, scipy, hypothesis) are imported
+# in the hooks that need them, and torch / triton only when a sampler is loaded.
+PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")  # checked against rs_verify.engine.profiles by the tests
 DEFAULT_SAMPLER = "triton"
 DEFAULT_REFERENCE = "reference"
-DEFAULT_BUNDLE_DIR = ".rs-verify/bundles"  # = rs_verify.engine.bundle.DEFAULT_DIR
+DEFAULT_BUNDLE_DIR = ".rs-verify/bundles"  # checked against rs_verify.engine.bundle.DEFAULT_DIR by the tests
 BUNDLE_PROPERTY = "rs_verify_bundle"  # user_properties key of a report's bundle path
 
 MARKERS = {
@@ -62,21 +67,30 @@ def pytest_addoption(parser):
                          "$RS_VERIFY_REDIS_URL; the local directory database is still written")
 
 
-def _set_device_env(device: str | None) -> None:
-    if device != "cpu":
-        return
-    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        import warnings
+def _gate_enabled(config) -> bool:
+    opt = config.getoption
+    return bool(opt("--rs-sampler") or opt("--rs-gate") or opt("--rs-gate-only"))
 
-        warnings.warn("--rs-device cpu: triton was imported before the plugin could set TRITON_INTERPRET=1",
-                      stacklevel=2)
-    os.environ["TRITON_INTERPRET"] = "1"
+
+def _choose_device(requested: str | None, profile: str | None) -> str:
+    """The suite's one backend choice (`rs_verify.engine.device`); exit 2 with the reason when impossible."""
+    try:
+        chosen = devices.resolve(requested)
+    except devices.DeviceError as exc:
+        pytest.exit(f"rs-verify: {exc}", returncode=2)
+    if profile == "gpu" and chosen != "cuda":
+        pytest.exit("rs-verify: the gpu profile needs CUDA, which is not usable here "
+                    f"({devices.cuda_status()[1]}); use --rs-profile ci on a CPU machine", returncode=2)
+    return chosen
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
-    # Before any conftest (which may import triton) is loaded.
-    _set_device_env(getattr(early_config.known_args_namespace, "rs_device", None))
+    # Before any conftest (which may import triton): an explicit --rs-device, or a gate run.
+    ns = early_config.known_args_namespace
+    if getattr(ns, "rs_device", None) or getattr(ns, "rs_sampler", None) or getattr(ns, "rs_gate", False) \
+            or getattr(ns, "rs_gate_only", False):
+        _choose_device(getattr(ns, "rs_device", None), getattr(ns, "rs_profile", None))
 
 
 class Gate:
@@ -84,7 +98,7 @@ class Gate:
 
     def __init__(self, config):
         opt = config.getoption
-        self.enabled = bool(opt("--rs-sampler") or opt("--rs-gate") or opt("--rs-gate-only"))
+        self.enabled = _gate_enabled(config)
         self.only = bool(opt("--rs-gate-only"))
         self.sampler_spec = opt("--rs-sampler") or DEFAULT_SAMPLER
         ref = opt("--rs-reference")
@@ -98,7 +112,7 @@ class Gate:
     def _load(self, spec: str, what: str):
         """Load a sampler once per process; a load error fails every item that needs it, cleanly."""
         if spec not in self._loaded:
-            from ..engine.samplers import load_sampler
+            from ..engine.samplers import load_sampler  # lazy: see the note at the top
 
             try:
                 self._loaded[spec] = (load_sampler(spec), None)
@@ -116,7 +130,7 @@ class Gate:
         return None if self.reference_spec is None else self._load(self.reference_spec, "reference (--rs-reference)")
 
     def profile_name(self) -> str:
-        from ..engine import profiles
+        from ..engine import profiles  # lazy: see the note at the top
 
         if self.profile:
             return self.profile
@@ -124,7 +138,7 @@ class Gate:
         return active if active in PROFILE_NAMES else profiles.default_profile_name()
 
     def settings(self):
-        from hypothesis import settings
+        from hypothesis import settings  # lazy: see the note at the top
 
         return settings.get_profile(self.profile_name())
 
@@ -147,13 +161,14 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{name}: {doc}")
     gate = Gate(config)
     config.stash[GATE_KEY] = gate
-    _set_device_env(gate.device)
+    if gate.enabled or gate.device:
+        gate.device = _choose_device(gate.device, gate.profile)
     if gate.profile:
-        from ..engine import profiles
+        from ..engine import profiles  # lazy: see the note at the top
 
         profiles.load(gate.profile)
     if gate.redis:
-        from ..engine import database
+        from ..engine import database  # lazy: see the note at the top
 
         try:
             database.apply(gate.redis)
@@ -178,6 +193,14 @@ class GateCollector(pytest.Collector):
         return self.path, None, "rs-verify"
 
 
+class GateFailure(Exception):
+    """Raised by a property item to fail it with the runner's `Failure` record."""
+
+    def __init__(self, failure):
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 class PropertyItem(pytest.Item):
     """One registered property run against the session's sampler."""
 
@@ -190,44 +213,43 @@ class PropertyItem(pytest.Item):
         return self.config.stash[GATE_KEY]
 
     def runtest(self):
-        from ..engine import runner
+        from ..engine import runner  # lazy: see the note at the top
         from ..properties import PROPERTIES
 
         gate = self.gate
         prop = PROPERTIES[self.prop_name]
-        if gate.device == "cuda" and not runner.cuda_available():
-            pytest.fail("--rs-device cuda: CUDA is not available on this machine", pytrace=False)
         reference = gate.reference() if "reference" in prop.needs else None
         ctx = runner.make_context(gate.sampler(), reference, profile=gate.profile_name(), device=gate.device)
-        reason = runner.skip_reason(prop, ctx)
-        if reason:
+        outcome = runner.run(prop, ctx, gate.settings(), bundle_dir=gate.bundle_dir, sampler_spec=gate.sampler_spec,
+                             reference_spec=gate.reference_spec, options=gate.options())
+        self.user_properties.append(("rs_verify_examples", outcome.examples))
+        if outcome.excused:
+            self.user_properties.append(("rs_verify_excused", outcome.excused))
+        if outcome.status == "skipped":
             # Reported at the item (rs-verify::<property>), not at this line of the plugin.
-            raise pytest.skip.Exception(f"{self.prop_name}: {reason}", _use_item_location=True)
-        try:
-            runner.check(prop, ctx, gate.settings(), bundle_dir=gate.bundle_dir, sampler_spec=gate.sampler_spec,
-                         reference_spec=gate.reference_spec, options=gate.options())
-        except Exception as exc:
-            for path in getattr(exc, "rs_bundles", []) or []:
-                self.user_properties.append((BUNDLE_PROPERTY, path))
-            raise
-        finally:
-            self.user_properties.append(("rs_verify_examples", ctx.stats.get("examples", 0)))
-            if ctx.stats.get("excused"):
-                self.user_properties.append(("rs_verify_excused", ctx.stats["excused"]))
+            raise pytest.skip.Exception(f"{self.prop_name}: {outcome.reason}", _use_item_location=True)
+        if outcome.self_check:
+            self.user_properties.append(("rs_verify_self_check", True))
+        failure = outcome.failure
+        if failure is None:
+            return
+        for path in failure.bundles:
+            self.user_properties.append((BUNDLE_PROPERTY, path))
+        raise GateFailure(failure)
 
     def repr_failure(self, excinfo, style=None):
-        exc = excinfo.value
-        # A property failure is its message and notes (input, reproducer, bundle); anything else
-        # (a crash of the sampler, a Hypothesis error) keeps pytest's traceback.
-        if isinstance(exc, AssertionError) and hasattr(exc, "rs_drawn"):
-            notes = "\n".join(getattr(exc, "__notes__", []))
-            return f"{type(exc).__name__}: {exc}\n{notes}".rstrip()
+        # A property failure is its message and notes (input, reproducer, bundle); an exception of
+        # the sampler keeps its traceback, followed by the same notes.
+        if isinstance(excinfo.value, GateFailure):
+            failure = excinfo.value.failure
+            if failure.kind == "property" or failure.exception is None:
+                return failure.text()
+            tb = super().repr_failure(pytest.ExceptionInfo.from_exception(failure.exception), style=style)
+            return f"{tb}\n" + "\n".join(failure.notes)
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
         # Point at the property's source (skips and failures are reported there).
-        import inspect
-
         from ..properties import PROPERTIES
 
         check = PROPERTIES[self.prop_name].check
@@ -251,7 +273,7 @@ def pytest_collection_modifyitems(session, config, items):
         item = PropertyItem.from_parent(parent, name=name, prop_name=name)
         item.add_marker("rs_verify")
         prop = PROPERTIES[name]
-        if prop.family == "distribution":
+        if prop.slow:
             item.add_marker("slow")
         new.append(item)
     # Report them as collected (the terminal's "collected N items" and -k/-m deselection counts).
@@ -265,10 +287,9 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None:
-        from ..engine.runner import cuda_available
-
-        if not cuda_available():
-            pytest.skip("needs a CUDA device (gpu marker): torch.cuda.is_available() is False")
+        usable, reason = devices.cuda_status()
+        if not usable:
+            pytest.skip(f"needs a CUDA device (gpu marker): {reason}")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

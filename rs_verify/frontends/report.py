@@ -21,7 +21,9 @@ import math
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
+from ..properties import PROPERTIES
 from ..spec.batch import SpecBatch
 from ..spec.chunking import iter_request_chunks
 
@@ -64,19 +66,12 @@ def is_acceptance_fit(fit) -> bool:
     return "acceptance length" in fit.label
 
 
-def failing_input(result):
-    """(batch, drawn) of a failed result, from the (shrunk) exception the runner caught."""
-    exc = result.failure
-    if exc is None:
+def failing_input(outcome):
+    """(batch, drawn) of a failed outcome, from its Failure record (the shrunk input)."""
+    failure = outcome.failure
+    if failure is None:
         return None, None
-    leaves = [exc]
-    subs = getattr(exc, "exceptions", None)
-    if isinstance(subs, (list, tuple)) and subs:
-        leaves = list(subs)
-    for leaf in leaves:
-        if hasattr(leaf, "rs_drawn") or getattr(leaf, "batch", None) is not None:
-            return getattr(leaf, "batch", None), getattr(leaf, "rs_drawn", None)
-    return None, None
+    return failure.failing_batch(), failure.drawn
 
 
 def chunk_cap(drawn) -> int | None:
@@ -88,8 +83,6 @@ def chunk_cap(drawn) -> int | None:
 
 
 def result_record(result) -> dict:
-    from ..properties import PROPERTIES
-
     prop = PROPERTIES.get(result.name)
     batch, drawn = failing_input(result)
     rec = {
@@ -99,9 +92,10 @@ def result_record(result) -> dict:
         "status": result.status,
         "examples": result.examples,
         "excused": result.excused,
-        "failures": int(result.status in ("failed", "error")),
+        "failures": int(result.status == "failed"),
         "seconds": round(result.seconds, 3),
         "message": result.message,
+        "self_check": bool(getattr(result, "self_check", False)),
         "bundles": [str(b) for b in getattr(result, "bundles", [])],
         "fits": [fit_record(f) for f in (getattr(result, "stats", {}) or {}).get("fits", [])],
     }
@@ -117,7 +111,7 @@ def result_record(result) -> dict:
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # lazy: an optional extra (`report`); without it only the plots are skipped
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
@@ -131,8 +125,6 @@ def _grid(n: int, ncols: int = 4):
 
 
 def _band(n: int, p: np.ndarray):
-    from scipy import stats
-
     lo, hi = stats.binom.interval(BAND, n, np.clip(p, 0.0, 1.0))
     return np.nan_to_num(lo) / max(n, 1), np.nan_to_num(hi) / max(n, 1)
 
@@ -219,7 +211,7 @@ def make_plots(results, directory: Path) -> tuple[list[dict], str | None]:
             path = plot_fits(lengths, f"{res.name}: acceptance lengths vs closed form",
                              directory / f"{res.name}-acceptance.png", xlabel="accepted drafts")
             plots.append({"property": res.name, "kind": "acceptance lengths", "path": path.name})
-        if res.status in ("failed", "error"):
+        if res.status == "failed":
             batch, drawn = failing_input(res)
             cap = chunk_cap(drawn)
             if cap is not None:
@@ -231,8 +223,16 @@ def make_plots(results, directory: Path) -> tuple[list[dict], str | None]:
 # -- writing ---------------------------------------------------------------------
 
 
-def _md_cell(text) -> str:
+def md_cell(text) -> str:
+    """Text safe inside one Markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(headers: list[str], rows: list[list], align: str | None = None) -> list[str]:
+    """A GitHub Markdown table as lines; `align` is one character per column ("l" or "r")."""
+    rule = ["---:" if c == "r" else "---" for c in (align or "l" * len(headers))]
+    return ["| " + " | ".join(headers) + " |", "|" + "|".join(rule) + "|",
+            *["| " + " | ".join(str(c) for c in row) + " |" for row in rows]]
 
 
 def markdown(meta: dict, records: list[dict], plots: list[dict], note: str | None) -> str:
@@ -245,16 +245,15 @@ def markdown(meta: dict, records: list[dict], plots: list[dict], note: str | Non
     passed = sum(r["status"] == "passed" for r in records)
     failed = sum(r["failures"] for r in records)
     skipped = sum(r["status"] == "skipped" for r in records)
-    lines += ["", f"**{passed} passed, {failed} failed, {skipped} skipped**", "",
-              "| property | status | examples | excused | failures | time (s) |",
-              "|---|---|---:|---:|---:|---:|"]
-    for r in records:
-        lines.append(f"| {r['property']} | {r['status']} | {r['examples']} | {r['excused']} | {r['failures']} | "
-                     f"{r['seconds']:.1f} |")
+    lines += ["", f"**{passed} passed, {failed} failed, {skipped} skipped**", ""]
+    lines += markdown_table(["property", "status", "examples", "excused", "failures", "time (s)"],
+                            [[r["property"], r["status"] + (" (self-check)" if r.get("self_check") else ""),
+                              r["examples"], r["excused"], r["failures"], f"{r['seconds']:.1f}"] for r in records],
+                            align="llrrrr")
     skipped_rows = [r for r in records if r["status"] == "skipped"]
     if skipped_rows:
         lines += ["", "## Skipped", ""]
-        lines += [f"- `{r['property']}`: {_md_cell(r['message'])}" for r in skipped_rows]
+        lines += [f"- `{r['property']}`: {md_cell(r['message'])}" for r in skipped_rows]
     bad = [r for r in records if r["failures"]]
     if bad:
         lines += ["", "## Failures", ""]
@@ -277,7 +276,7 @@ def markdown(meta: dict, records: list[dict], plots: list[dict], note: str | Non
 
 
 def write_report(results, directory, *, meta: dict | None = None) -> dict:
-    """Write report.json, report.md and the plots of `results` (runner.Result) into `directory`.
+    """Write report.json, report.md and the plots of `results` (runner Outcome records) into `directory`.
 
     Returns `{"json": path, "markdown": path, "plots": [paths]}`.
     """

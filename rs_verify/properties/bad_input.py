@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import PropertyFailure, event, register
+from .assertions import event
+from .registry import PropertyFailure, register
 from .inputs import invalid, invalid_of_every_class
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..spec import probs
-from .base import PropertyFailure, call, event, register
+from .assertions import call, event
+from .registry import PropertyFailure, register
 from .inputs import certifiable_batches
 from .transforms import copies_note, reseeded_copies
 

@@ -29,7 +29,8 @@ from scipy import stats
 from ..spec import probs
 from ..spec.batch import SpecBatch
 from ..spec.chunking import select_requests
-from .base import PropertyFailure, call, register
+from .assertions import call
+from .registry import PropertyFailure, register
 
 ALPHA = 1e-6
 MIN_EXPECTED = 5.0

@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec.batch import SpecBatch
-from .base import PropertyFailure, call, register
+from .assertions import call
+from .registry import PropertyFailure, register
 from .certification import compare_decisions
 
 # rand(seed, pos) == 0 exactly (the Philox word is -1): u = max(rand, TINY) = TINY.

@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
-from .base import assert_same_output, assert_same_request, call, event, register
+from .assertions import assert_same_output, assert_same_request, call, event
+from .registry import register
 from .inputs import batch_and_cap, batches
 from .transforms import merge_unrelated
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import probs
-from .base import PropertyFailure, call, event, register
+from .assertions import call, event
+from .registry import PropertyFailure, register
 from .certification import REPLICAS
 from .inputs import batches
 from .transforms import copies_note, reseeded_copies

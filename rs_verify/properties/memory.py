@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-from .base import PropertyFailure, call, event, register
+from .assertions import call, event
+from .registry import PropertyFailure, register
 from .inputs import batch_and_cap
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..spec.chunking import iter_request_chunks
-from .base import PropertyFailure, register
+from .registry import PropertyFailure, register
 
 
 def _cu_and_caps(ctx):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from .base import PropertyFailure, register
+from .registry import PropertyFailure, register
 
 __all__ = ["check_philox_matches_triton", "EDGE_SEEDS", "EDGE_OFFSETS"]
 

@@ -1,94 +1,13 @@
-"""The property registry and the helpers every property shares.
-
-A property is written once, here in the library, and run by the project's tests,
-the `rs-verify` CLI and the pytest plugin alike (see `rs_verify.engine.runner`).
-"""
+"""Assertions and sampler helpers every property shares: bit-exact comparisons and the checked call."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from hypothesis import event as _event
 from hypothesis.errors import InvalidArgument
 
 from ..spec.batch import SamplerOutput, SpecBatch
-
-# What a property needs of its context; the runner skips it, with this reason, otherwise.
-NEEDS = {
-    "chunking": "the sampler does not support internal chunking (supports_chunking is False)",
-    "spec_streams": "the sampler does not declare streams = 'spec' (SPEC section 10): certification against the reference needs the SPEC random streams",
-    "reference": "no reference sampler was given",
-    "cuda": "CUDA is not available",
-    "triton": "needs the Triton interpreter or a CUDA device",
-    "fast": "too slow for a distribution campaign (the sampler declares interpreted = True: run on CUDA)",
-    "memory_stats": "the sampler reports no buffer instrumentation (memory_stats is False)",
-    "unvalidated": "the sampler offers no unvalidated() variant",
-}
-
-
-class PropertyFailure(AssertionError):
-    """A property does not hold. Carries the batch (for bundles and replay) and details."""
-
-    def __init__(self, message: str, *, batch: SpecBatch | None = None, details: dict | None = None):
-        super().__init__(message)
-        self.batch = batch
-        self.details = details or {}
-
-
-@dataclass
-class Context:
-    """What a property runs against."""
-
-    sampler: Any
-    reference: Any = None
-    profile: str = "dev"
-    batch_kwargs: dict = field(default_factory=dict)
-    device: str = "cpu"
-    stats: dict = field(default_factory=dict)  # counters a property may add to (e.g. excused divergences)
-
-    def count(self, key: str, n: int = 1) -> None:
-        self.stats[key] = self.stats.get(key, 0) + n
-
-
-@dataclass(frozen=True)
-class Property:
-    name: str
-    family: str
-    doc: str
-    check: Callable[[Context, Any], None]
-    strategy: Callable[[Context], Any] | None = None  # None: a fixed, seeded campaign run once
-    needs: frozenset = frozenset()
-    examples_scale: float = 1.0
-
-
-PROPERTIES: dict[str, Property] = {}
-
-
-def register(name: str, family: str, *, strategy=None, needs=(), examples_scale: float = 1.0):
-    """Decorator: register `check(ctx, drawn)` as property `name`."""
-
-    def wrap(check):
-        if name in PROPERTIES:
-            raise ValueError(f"property {name!r} registered twice")
-        PROPERTIES[name] = Property(
-            name=name,
-            family=family,
-            doc=(check.__doc__ or "").strip().split("\n")[0],
-            check=check,
-            strategy=strategy,
-            needs=frozenset(needs),
-            examples_scale=examples_scale,
-        )
-        return check
-
-    return wrap
-
-
-# -- comparisons --------------------------------------------------------------------
-
+from .registry import PropertyFailure
 
 def request_view(out: SamplerOutput, batch: SpecBatch, r: int) -> dict:
     """Every output field of request `r` (its sampled row and its logprobs rows)."""
