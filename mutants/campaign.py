@@ -92,7 +92,7 @@ def init_worker(profile: str | None, shrink_seconds: float | None, threads: int 
     """Process initializer: the suite's backend choice, torch threads, profile, shrink limit."""
     device.resolve()
     if threads:
-        import torch  # after the backend choice; torch is only needed to cap its threads
+        import torch  # lazy: after the backend choice (torch only caps its threads here)
 
         torch.set_num_threads(threads)
     profiles.load(profile)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .mutation import load_patched
+
 TRITON = "rs_verify.triton_sampler"
 REFERENCE = "reference"
 TRITON_BUILD = "pkg.TritonSampler(block_v=32)"
@@ -61,8 +63,6 @@ class Mutant:
 
     def load(self):
         """The patched package (a fresh in-memory copy; raises PatchError if a patch does not apply)."""
-        from mutants.mutation import load_patched
-
         return load_patched(self.target, self.patches)
 
     def sampler(self, pkg=None):

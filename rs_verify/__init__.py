@@ -39,7 +39,7 @@ pytest_plugins = ["rs_verify.frontends.plugin"]
 
 def __getattr__(name):
     if name == "TritonSampler":
-        from .triton_sampler import TritonSampler
+        from .triton_sampler import TritonSampler  # lazy: the contract alone never imports torch or triton
 
         return TritonSampler
     raise AttributeError(f"module 'rs_verify' has no attribute {name!r}")

@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 
 from hypothesis import settings
+from hypothesis.configuration import storage_directory
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
+
+from .profiles import PROFILE_NAMES
 
 ENV_VAR = "RS_VERIFY_REDIS_URL"
 KEY_PREFIX = b"hypothesis-example:"
@@ -36,15 +39,13 @@ def redis_url(explicit: str | None = None) -> str | None:
 
 def local_directory() -> str:
     """Hypothesis's local example directory (`.hypothesis/examples` unless configured otherwise)."""
-    from hypothesis.configuration import storage_directory
-
     where = storage_directory("examples", intent_to_write=False)
     return str(getattr(where, "path", where))  # a StorageDirectory (Hypothesis >= 6.150) or a path
 
 
 def redis_database(url: str, *, key_prefix: bytes = KEY_PREFIX, ping: bool = True) -> ExampleDatabase:
     """`RedisExampleDatabase` on the server at `url` (checked with a PING unless `ping=False`)."""
-    try:
+    try:  # lazy: redis is an optional extra (`rs-verify[redis]`)
         import redis
         from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError as exc:
@@ -75,8 +76,6 @@ def apply(url: str, *, local_dir: str | None = None, profiles=None, **kwargs) ->
     re-registered with the database (overriding, e.g., the `ci` profile's `None`), and the
     active profile takes the change at once. Returns the database.
     """
-    from .profiles import PROFILE_NAMES
-
     db = shared_database(url, local_dir, **kwargs)
     active = settings.get_current_profile_name()
     names = list(profiles) if profiles is not None else [*PROFILE_NAMES, active]

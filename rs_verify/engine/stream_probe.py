@@ -48,7 +48,7 @@ def _kernels():
     if _KERNELS is not None:
         return _KERNELS
     _ensure_backend()
-    import triton
+    import triton  # lazy: after the backend choice (see the module docstring)
     import triton.language as tl
 
     @triton.jit
@@ -88,7 +88,7 @@ def _kernels():
 
 
 def _run(seed, offsets, is_rand: bool, signed_seed: bool = False) -> np.ndarray:
-    import torch
+    import torch  # lazy: see the module docstring
 
     dev = probe_device()
     seed = np.asarray(seed)
@@ -137,7 +137,7 @@ def triton_resample_noise(seeds, pos, vocab: int) -> np.ndarray:
     """The resample path in one kernel program per row: `g = tl.randint(seed, pos)`, then
     `tl.rand(g, x)` for int32 `x` in `[0, vocab)`; float32 `[len(seeds), vocab]`.
     """
-    import torch
+    import torch  # lazy: see the module docstring
 
     dev = probe_device()
     seeds = np.array(seeds, dtype=np.int64).reshape(-1)

@@ -214,7 +214,7 @@ class PropertyItem(pytest.Item):
 
     def runtest(self):
         from ..engine import runner  # lazy: see the note at the top
-        from ..properties import PROPERTIES
+        from ..properties import PROPERTIES  # lazy: see the note at the top
 
         gate = self.gate
         prop = PROPERTIES[self.prop_name]
@@ -250,7 +250,7 @@ class PropertyItem(pytest.Item):
 
     def reportinfo(self):
         # Point at the property's source (skips and failures are reported there).
-        from ..properties import PROPERTIES
+        from ..properties import PROPERTIES  # lazy: see the note at the top
 
         check = PROPERTIES[self.prop_name].check
         try:
@@ -265,7 +265,7 @@ def pytest_collection_modifyitems(session, config, items):
     gate = config.stash.get(GATE_KEY, None)
     if gate is None or not gate.enabled:
         return
-    from ..properties import PROPERTIES  # numpy, scipy, hypothesis: no torch, no triton
+    from ..properties import PROPERTIES  # lazy: see the note at the top
 
     parent = GateCollector.from_parent(session, name="rs-verify", nodeid="rs-verify")
     new = []

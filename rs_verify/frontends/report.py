@@ -114,7 +114,7 @@ def _pyplot():
     import matplotlib  # lazy: an optional extra (`report`); without it only the plots are skipped
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the Agg backend
 
     return plt
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 
+import numpy as np
+
+from ..spec.batch import SpecBatch
 from .assertions import call, event
 from .registry import PropertyFailure, register
 from .inputs import batch_and_cap
@@ -27,10 +30,6 @@ SLACK_BYTES = 64 * 2**20  # allocator rounding, statistics and outputs: O(N) and
 
 def large_batch(r: int = 64, k: int = 4, v: int = 152064, seed: int = 5):
     """A Qwen-vocabulary batch with model drafts and processed logprobs (host arrays, ~200 MB)."""
-    import numpy as np
-
-    from ..spec.batch import SpecBatch
-
     rng = np.random.default_rng(seed)
     n = r * (k + 1)
     return SpecBatch(
@@ -51,7 +50,7 @@ def large_batch(r: int = 64, k: int = 4, v: int = 152064, seed: int = 5):
 @register("peak_memory_within_cap", "memory", needs=("cuda", "chunking"))
 def peak_memory_within_cap(ctx, _drawn) -> None:
     """On CUDA, a chunked call's peak memory beyond its inputs is at most the cap + 64 MiB."""
-    import torch
+    import torch  # lazy: CUDA-only property; the property library itself never imports torch
 
     batch = large_batch()
     cap_bytes = 32 * 2**20

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from ..engine import stream_probe
+from ..spec import philox
 from .registry import PropertyFailure, register
 
 __all__ = ["check_philox_matches_triton", "EDGE_SEEDS", "EDGE_OFFSETS"]
@@ -77,10 +79,6 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
     few pairs. Raises `AssertionError` naming the first mismatching seed and
     offset and both values.
     """
-    from rs_verify.spec import philox
-
-    from ..engine import stream_probe
-
     seeds64 = np.asarray(seeds)
     if seeds64.dtype != np.int64:
         seeds64 = seeds64.astype(np.int64)  # Python ints beyond int64 raise OverflowError

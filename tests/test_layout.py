@@ -1,0 +1,130 @@
+"""The package's layout holds: no import cycle, the walls between layers, no hidden lazy imports.
+
+Read from the source with `ast` (nothing is imported), so the checks see every module-level
+import, including ones a test run would not exercise.
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("rs_verify", "reference", "strategies", "mutants")
+MAX_LINES = 420  # "modules of a few hundred lines"; data tables are exempt below
+DATA_TABLES = {"mutants.catalogue"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, node: ast.ImportFrom | ast.Import, is_pkg: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = module if is_pkg else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        base = base.rpartition(".")[0]
+    target = node.module or ""
+    full = f"{base}.{target}".strip(".") if node.level else target
+    # `from pkg import mod` imports pkg.mod when that is a module
+    return [f"{full}.{a.name}" if f"{full}.{a.name}" in MODULES else full for a in node.names]
+
+
+def _imports(name: str, *, top_level: bool) -> set[str]:
+    path = MODULES[name]
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for target in _resolve(name, node, path.name == "__init__.py"):
+                while target and target not in MODULES:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.add(target)
+    return found
+
+
+GRAPH = {m: _imports(m, top_level=True) for m in MODULES}
+
+
+def test_no_import_cycle():
+    # Tarjan-free check: repeatedly peel modules whose imports are all peeled (a DAG empties).
+    left = {m: set(deps) & set(MODULES) for m, deps in GRAPH.items()}
+    while True:
+        leaves = [m for m, deps in left.items() if not deps - {m}]
+        if not leaves:
+            break
+        for m in leaves:
+            del left[m]
+        for deps in left.values():
+            deps.difference_update(leaves)
+    assert not left, f"import cycle among: {sorted(left)}"
+
+
+def _all_imports(module: str) -> set[str]:
+    return _imports(module, top_level=False)
+
+
+@pytest.mark.parametrize("layer, allowed", [
+    ("rs_verify.spec", ("rs_verify.spec",)),
+    ("reference", ("reference", "rs_verify.spec", "rs_verify")),
+    ("strategies", ("strategies", "rs_verify.spec", "rs_verify")),
+    ("rs_verify.properties", ("rs_verify.properties", "rs_verify.spec", "rs_verify.engine", "strategies", "rs_verify")),
+    ("rs_verify.triton_sampler", ("rs_verify.triton_sampler", "rs_verify.spec", "rs_verify.engine.device", "rs_verify")),
+])
+def test_walls_between_layers(layer, allowed):
+    """The contract imports nothing else; the oracle and the strategies only the contract; properties
+    no concrete sampler; the Triton sampler never the reference (the oracle and the system under test
+    stay independent)."""
+    for module in (m for m in MODULES if m == layer or m.startswith(layer + ".")):
+        bad = [t for t in _all_imports(module)
+               if not any(t == a or t.startswith(a + ".") for a in allowed) or t in ("rs_verify.frontends",)]
+        bad = [t for t in bad if not (t == "rs_verify" and module.startswith(("reference", "strategies")))]
+        assert not bad, f"{module} imports {bad} (allowed: {allowed})"
+
+
+def test_function_local_imports_say_why():
+    """A function-local import exists only to keep something light, and says so (`lazy:`)."""
+    offenders = []
+    for name, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+                window = " ".join(lines[max(0, node.lineno - 3): node.end_lineno])
+                if "lazy" not in window and "noqa" not in window:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, "function-local imports without a `lazy:` reason: " + ", ".join(offenders)
+
+
+def test_modules_stay_short():
+    long = {n: len(p.read_text().splitlines()) for n, p in MODULES.items()}
+    long = {n: k for n, k in long.items() if k > MAX_LINES and n not in DATA_TABLES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_plugin_and_contract_import_neither_torch_nor_triton():
+    code = ("import sys, rs_verify, rs_verify.frontends.plugin, rs_verify.frontends.cli; "
+            "heavy = [m for m in ('torch', 'triton') if m in sys.modules]; print(heavy); sys.exit(bool(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_one_module_decides_the_backend():
+    setters = [str(p.relative_to(ROOT)) for p in MODULES.values()
+               if 'environ["TRITON_INTERPRET"]' in p.read_text() or "environ.setdefault(\"TRITON_INTERPRET\"" in p.read_text()]
+    assert setters == ["rs_verify/engine/device.py"], setters
