@@ -25,11 +25,26 @@ ARRAY_FIELDS = (
 )
 
 
+def _standard_strides(shape, itemsize: int) -> tuple:
+    """C-order strides computed as if no dimension were empty (NumPy gives an empty array all-zero
+    strides, which trip kernels that assert `stride(-1) == 1`)."""
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(int(dim), 1)
+    return tuple(reversed(strides))
+
+
 def _frozen(a):
-    """A read-only view of `a` (the caller's array is left writable)."""
+    """A read-only, C-contiguous view of `a` with ordinary strides, empty arrays included (a copy
+    only when `a` is not C-contiguous; the caller's array is left writable)."""
     if a is None:
         return None
-    a = np.asarray(a).view()
+    a = np.ascontiguousarray(a)
+    if a.size == 0:
+        a = np.lib.stride_tricks.as_strided(np.empty(1, a.dtype), a.shape, _standard_strides(a.shape, a.itemsize))
+    else:
+        a = a.view()
     a.flags.writeable = False
     return a
 
