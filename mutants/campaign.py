@@ -20,7 +20,10 @@ under the Triton interpreter):
 - `escalate` (default 0: off): a diagnostic for survivors only. A mutant that no property
   killed gets a second pass of its expected killers (the catalogue's `killers`) with this many
   examples; a kill there is recorded as `k` and does NOT count as a kill of the gate.
-- `budget` (default 300 s per mutant): once spent, properties not started yet are recorded
+- `first_kill` (off by default): stop a mutant at its first kill; the properties after it are
+  recorded as not run (`?`). The whole catalogue at the ci budget then costs what it takes to
+  find each bug once; the full matrix (which property kills what alone) needs it off.
+- `budget` (default 600 s per mutant): once spent, properties not started yet are recorded
   as not run (`?`) and no escalation starts.
 
 Matrix cells: `K` killed (the property failed), `k` killed after escalation, `E` killed by an
@@ -120,7 +123,7 @@ def _first_line(exc, limit: int = 400) -> str:
 
 def run_mutant(catalogue: str, name: str, *, profile: str | None = None, max_examples: int | None = None,
                escalate: int | None = None, budget: float | None = None, properties: list[str] | None = None,
-               phases=None) -> MutantResult:
+               phases=None, first_kill: bool = False) -> MutantResult:
     """Run the properties (cheapest first) against one mutant of `catalogue`; never raises for a kill.
 
     - `max_examples`: examples per property (None: the profile's); `phases`: Hypothesis phases
@@ -179,7 +182,7 @@ def run_mutant(catalogue: str, name: str, *, profile: str | None = None, max_exa
     with with_reporter(lambda _msg: None), warnings.catch_warnings():
         warnings.simplefilter("ignore", HypothesisWarning)  # e.g. "overly large repr" of a failing batch
         for pname in names:
-            result.cells.append(Cell(pname, NOT_RUN) if spent() else
+            result.cells.append(Cell(pname, NOT_RUN) if spent() or (first_kill and result.killed) else
                                 run_cell(pname, no_shrink if result.killed else base))
         survived = {c.property: i for i, c in enumerate(result.cells) if c.symbol == SURVIVED}
         order = [p for p in mutant.killers if p in survived] or list(survived)
@@ -208,17 +211,17 @@ def escalation_tiers(base: int, escalate: int | None, profile_examples: int) -> 
 
 
 def _pool_task(args) -> dict:
-    catalogue, name, profile, max_examples, escalate, budget, properties = args
+    catalogue, name, profile, max_examples, escalate, budget, properties, first_kill = args
     return asdict(run_mutant(catalogue, name, profile=profile, max_examples=max_examples, escalate=escalate,
-                             budget=budget, properties=properties))
+                             budget=budget, properties=properties, first_kill=first_kill))
 
 
 def run_all(catalogue: str, names: list[str], *, workers: int = DEFAULT_WORKERS, profile: str | None = None,
             max_examples: int | None = None, escalate: int | None = None,
             shrink_seconds: float | None = DEFAULT_SHRINK_SECONDS, budget: float | None = DEFAULT_BUDGET,
-            properties: list[str] | None = None, progress=None) -> list[MutantResult]:
+            properties: list[str] | None = None, progress=None, first_kill: bool = False) -> list[MutantResult]:
     """Every named mutant through `run_mutant`, `workers` at a time (0: in this process)."""
-    tasks = [(catalogue, n, profile, max_examples, escalate, budget, properties) for n in names]
+    tasks = [(catalogue, n, profile, max_examples, escalate, budget, properties, first_kill) for n in names]
     results: dict[str, MutantResult] = {}
 
     def done(res: MutantResult):
@@ -311,7 +314,7 @@ def cmd_mutate(args) -> int:
 
     results = run_all(args.catalogue, names, workers=args.workers, profile=profile,
                       max_examples=args.max_examples or None, escalate=escalate, shrink_seconds=args.shrink_seconds,
-                      budget=args.budget, properties=args.properties, progress=progress)
+                      budget=args.budget, properties=args.properties, progress=progress, first_kill=args.first_kill)
     wall = time.perf_counter() - start
     print_matrix(results, prop_names, console)
     killed = sum(r.killed for r in results)
@@ -324,7 +327,7 @@ def cmd_mutate(args) -> int:
         meta = {"catalogue": args.catalogue, "profile": profile, "workers": args.workers,
                 "max_examples": args.max_examples or "profile", "escalate_examples": escalate,
                 "shrink_seconds": args.shrink_seconds,
-                "budget_s": args.budget, "wall_s": round(wall, 1),
+                "budget_s": args.budget, "first_kill": args.first_kill, "wall_s": round(wall, 1),
                 "device": "cpu (interpreter)" if device.interpreted() else "cuda",
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions()}
         paths = write_report(results, prop_names, args.report, meta)
@@ -341,6 +344,8 @@ def add_arguments(p) -> None:
     p.add_argument("--catalogue", default=DEFAULT_CATALOGUE, metavar="MODULE:ATTR",
                    help=f"the mutant list (default: {DEFAULT_CATALOGUE})")
     p.add_argument("--properties", nargs="+", metavar="PROPERTY", help="run only these properties")
+    p.add_argument("--first-kill", action="store_true",
+                   help="stop each mutant at its first kill (later properties: not run)")
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="SECONDS",
                    help=f"time per mutant; properties not started by then are not run (default {DEFAULT_BUDGET:g})")
     p.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
