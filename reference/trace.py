@@ -151,28 +151,26 @@ def _greedy_decisions(slab, r, tr, argmax) -> list[Decision]:
 
 def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
     """The residual-mass decision (after a rejected real draft) and the resample or bonus argmax."""
-    req, row = slab.ra + r, slab.lo + int(slab.cu[r]) + tr
+    req, j = slab.ra + r, int(slab.cu[r]) + tr
     logp, g = res["logp"][ri], res["noise"][ri]
     out = []
+    logq = None  # q enters the argmax only through a residual of model drafts that was used
     k = res["resid_index"][ri]
-    logq = None
     if k >= 0:
-        mass = float(res["mass"][k])
-        logq = None if res["logq"] is None else res["logq"][k]
-        used = mass > 0
-        if used:
+        mass, draft = float(res["mass"][k]), int(slab.d[j])
+        q_row = None if res["logq"] is None else res["logq"][k]
+        if mass > 0:  # the other branch: the fallback to p
             alt_gaps = argmax_stats((logp + g)[None])[0][0]
             alt_scales = candidate_scales(token_scale(logp, g), int(np.argmin(alt_gaps)))
-        else:
-            alt_gaps = _distance_to_positive_mass(logp, logq, int(slab.d[int(slab.cu[r]) + tr]))
-            alt_scales = np.maximum(1.0, token_scale(logp, logq))
-        out.append(Decision(req, tr, row, "residual", int(slab.d[int(slab.cu[r]) + tr]), used, mass, alt_gaps, 1.0,
-                            alt_scales))
-        if not used:
-            logq = None  # the fallback to p compares no q
+            logq = q_row
+        else:  # the other branch: a residual that float32 rounding kept
+            alt_gaps = _distance_to_positive_mass(logp, q_row, draft)
+            alt_scales = np.maximum(1.0, token_scale(logp, q_row))
+        out.append(Decision(req, tr, slab.lo + j, "residual", draft, mass > 0, mass, alt_gaps, 1.0, alt_scales))
     gaps, margin = argmax_stats(res["scores"][ri : ri + 1])
     scales = candidate_scales(token_scale(logp, logq, g), token)
-    out.append(Decision(req, tr, row, "argmax", token, None, float(margin[0]), gaps[0], float(scales[token]), scales))
+    out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, float(margin[0]), gaps[0], float(scales[token]),
+                        scales))
     return out
 
 

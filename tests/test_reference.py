@@ -485,14 +485,16 @@ def test_residual_mass_decisions():
         with np.errstate(divide="ignore"):
             alt = np.log(target_probs(b)[0]) + gumbel_noise([seed], [40], v)[0]
         assert np.allclose(res.gaps[:3], alt.max() - alt[:3], rtol=0, atol=1e-12) and res.gaps[3] == np.inf
-    # One-hot drafts: the residual is p without the draft, its mass 1 - p(d).
-    x = np.array([[2, 0, 0], [0, 0, 0]], np.float32)
-    masses = []
-    for seed in range(40):
-        _, traces = SAMPLER.verify_with_trace(make_batch(x, [[0]], [0, 2], seeds=[seed]))
-        masses += [d.margin for d in traces[0].decisions if d.kind == "residual"]
-    p0 = np.exp(2.0) / (np.exp(2.0) + 2)
-    assert len(masses) >= 3 and np.allclose(masses, 1 - p0, rtol=1e-12)
+    # q a point mass at the draft (as a model row, and as a one-hot draft): the residual is p without the
+    # draft, its mass 1 - p(d), spread over two tokens.
+    x = np.array([[0, -1, -1], [0, 0, 0]], np.float32)
+    p0 = 1 / (1 + 2 * np.exp(-1.0))
+    for dl in (np.array([[[0, NEG, NEG]]], np.float32), None):
+        masses = []
+        for seed in range(40):
+            _, traces = SAMPLER.verify_with_trace(make_batch(x, [[0]], [0, 2], draft_logits=dl, seeds=[seed]))
+            masses += [d.margin for d in traces[0].decisions if d.kind == "residual"]
+        assert len(masses) >= 5 and np.allclose(masses, 1 - p0, rtol=1e-12)
 
 
 def test_chunked_and_permuted_match_full_batch():
