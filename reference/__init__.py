@@ -2,11 +2,31 @@
 
 `ReferenceSampler` verifies a `SpecBatch` in float64 with the SPEC random streams
 (`rs_verify.spec.philox`, bit for bit Triton's `tl.rand` / `tl.randint`) and can
-report every decision with its margin (`verify_with_trace`). Imports only NumPy
-and the batch contract: never torch, triton or the Triton sampler.
+report every decision with its margin and tolerance scale (`verify_with_trace`).
+Imports only NumPy and the batch contract: never torch, triton or the Triton sampler.
+
+Modules, by what they hold:
+- `logits`: processed logits and float64 probabilities (SPEC section 2);
+- `streams`: acceptance uniforms and Gumbel noise from the Philox streams (section 3);
+- `slab`: verification of a slab of whole requests, vectorized (section 4);
+- `logprobs`: top-k logprobs and ranks (section 6);
+- `trace`: decisions with margins and tolerance scales (section 8);
+- `sampler`: `ReferenceSampler`, the protocol of section 10.
 """
 
-from . import sampler
-from .sampler import *  # noqa: F403 - the sampler module's public names (its __all__)
+from .logits import draft_probs, log_softmax64, processed_logits, target_probs
+from .sampler import ReferenceSampler
+from .streams import acceptance_uniforms, gumbel_noise
+from .trace import Decision, RequestTrace
 
-__all__ = list(sampler.__all__)
+__all__ = [
+    "Decision",
+    "ReferenceSampler",
+    "RequestTrace",
+    "acceptance_uniforms",
+    "draft_probs",
+    "gumbel_noise",
+    "log_softmax64",
+    "processed_logits",
+    "target_probs",
+]

@@ -27,11 +27,11 @@ def test_distribution_triton(prop, triton_sampler):
 # campaign that must reject it at the profile's trial count.
 PLANTED = {
     "residual |p - q| instead of max(p - q, 0)": (
-        {"sampler.py": [("np.maximum(r, 0.0, out=r)", "np.abs(r, out=r)")]}, "distribution_model_drafts"),
+        {"slab.py": [("np.maximum(r, 0.0, out=r)", "np.abs(r, out=r)")]}, "distribution_model_drafts"),
     "temperature applied to the target only": (
-        {"sampler.py": [("return _divide(q, self.row_temp[rows], out=q)", "return q")]}, "closed_forms"),
+        {"slab.py": [("return divide(q, self.row_temp[rows], out=q)", "return q")]}, "closed_forms"),
     "one-hot residual keeps the rejected draft": (
-        {"sampler.py": [("logr[np.arange(rej.size), d] = -np.inf", "pass")]}, "distribution_one_hot_drafts"),
+        {"slab.py": [("logr[np.arange(rej.size), d] = -np.inf", "pass")]}, "distribution_one_hot_drafts"),
 }
 
 

@@ -10,7 +10,7 @@ test_streams.py, and pinned here by golden values).
 import numpy as np
 import pytest
 
-from reference import ReferenceSampler, gumbel_noise, processed_logits, target_probs
+from reference import ReferenceSampler, draft_probs, gumbel_noise, processed_logits, target_probs
 from rs_verify.spec import philox
 from rs_verify.spec.batch import SpecBatch
 from rs_verify.spec.chunking import select_requests
@@ -278,7 +278,11 @@ def test_bonus_row_used_when_all_accepted():
         assert out.request(0) == [2, 5, expect]
         last = traces[0].decisions[-1]
         assert (last.kind, last.step, last.row, last.token) == ("argmax", 2, 2, expect)
-        assert last.gaps[expect] == 0 and last.scale == max(1.0, float(np.abs(z).max()))
+        # SPEC 8: L over the compared tokens only: the winner alone, or the winner and a candidate x.
+        logp, g = _log_softmax(z), gumbel_noise([seed], [102], v)[0]
+        own = max(1.0, abs(logp[expect]), abs(g[expect]))
+        assert last.gaps[expect] == 0 and last.scale == own
+        assert np.array_equal(last.scales, np.maximum(own, np.maximum(np.abs(logp), np.abs(g))))
 
 
 def test_padding_and_num_sampled():
@@ -404,15 +408,93 @@ def test_traces_are_consistent():
         for dec in tr.decisions:
             assert dec.request == r and dec.row == cu[r] + dec.step and dec.scale >= 1.0
             if dec.kind == "accept":
-                assert not greedy and dec.gaps is None
+                assert not greedy and dec.gaps is None and dec.scales is None
                 assert dec.token == b.draft_tokens(r)[dec.step]
                 assert dec.accepted == (dec.margin > 0)
+            elif dec.kind == "residual":  # after a rejected real draft: the mass decision
+                assert not greedy and dec.step == len(tr.tokens) - 1 and dec.token == b.draft_tokens(r)[dec.step]
+                assert dec.margin >= 0 and dec.accepted == (dec.margin > 0) and dec.scale == 1.0
             else:
                 assert dec.kind == "argmax" and dec.accepted is None
                 assert dec.gaps.dtype == np.float64 and dec.gaps.shape == (b.effective_vocab_size,)
                 assert dec.gaps[dec.token] == 0 and dec.margin == np.sort(dec.gaps)[1]
+                assert dec.scales[dec.token] == dec.scale and (dec.scales >= dec.scale).all()
         steps = [d.step for d in tr.decisions if d.kind == "argmax"]
         assert steps == (list(range(len(tr.tokens))) if greedy else [len(tr.tokens) - 1])
+        last, drafts = len(tr.tokens) - 1, b.draft_tokens(r)
+        rejected_real = not greedy and last < len(drafts) and 0 <= drafts[last] < b.effective_vocab_size
+        assert sum(d.kind == "residual" for d in tr.decisions) == int(rejected_real)
+
+
+def _with_filler(b: SpecBatch, value=-1e4) -> SpecBatch:
+    """`b` with one more token, logit `value` in every target and draft row (exp(value / T) is 0 in float64)."""
+    x = np.asarray(b.target_logits)
+    dl = np.asarray(b.draft_logits)
+    return b.replace(target_logits=np.hstack([x, np.full((x.shape[0], 1), value, np.float32)]),
+                     draft_logits=np.concatenate([dl, np.full(dl.shape[:2] + (1,), value, np.float32)], axis=2))
+
+
+@pytest.mark.parametrize("seed", [21, 22])
+def test_scales_come_from_the_compared_tokens(seed):
+    """SPEC 8: an acceptance test's L is max(1, |log p(d)|, |log q(d)|) of its draft token; a token no decision
+    compares (a filler at -1e4, probability 0 in float64) changes no decision, margin or scale."""
+    b = random_batch(seed, reqs=16, greedy_frac=0.2, pad_frac=0.15)
+    with np.errstate(divide="ignore"):
+        logp, logq = np.log(target_probs(b)), np.log(draft_probs(b))
+    _, traces = SAMPLER.verify_with_trace(b)
+    _, filled = SAMPLER.verify_with_trace(_with_filler(b))
+    v, accepts = b.effective_vocab_size, 0
+    for tr, tf in zip(traces, filled, strict=True):
+        assert tr.tokens == tf.tokens
+        for d, f in zip(tr.decisions, tf.decisions, strict=True):
+            assert (d.kind, d.step, d.token, d.accepted) == (f.kind, f.step, f.token, f.accepted)
+            assert d.margin == pytest.approx(f.margin, rel=1e-12, abs=1e-300)
+            assert d.scale == pytest.approx(f.scale, rel=1e-12)
+            if d.scales is not None:
+                assert np.allclose(d.scales, f.scales[:v], rtol=1e-12) and f.scales[v] >= 1e4 / 1.5
+                assert np.allclose(d.gaps, f.gaps[:v], rtol=1e-12, atol=1e-12)
+            if d.kind == "accept" and 0 <= d.token < v:
+                terms = [abs(logp[d.row, d.token]), abs(logq[d.row, d.token]), 1.0]
+                assert d.scale == pytest.approx(max(t for t in terms if np.isfinite(t)), rel=1e-9)
+                accepts += 1
+    assert accepts >= 10  # enough acceptance tests for the comparison to mean something
+
+
+def test_residual_mass_decisions():
+    """A rejected real draft reports whether its residual has positive mass (margin: the float64 mass), with the
+    other branch's gaps: fallback p when the residual was used, distance to positive mass when it was empty."""
+    v = 4
+    # Empty residual: p = q on {1, 2}; the draft 3 has p = 0 (rejected) and max(p - q, 0) = 0: fall back to p.
+    x = np.array([[NEG, 0, 0, NEG], [0, 0, 0, 0]], np.float32)
+    dl = np.array([[[NEG, 0, 0, NEG]]], np.float32)
+    out, traces = SAMPLER.verify_with_trace(make_batch(x, [[3]], [0, 2], draft_logits=dl, seeds=[5]))
+    res = next(d for d in traces[0].decisions if d.kind == "residual")
+    assert (res.margin, res.accepted, res.token) == (0.0, False, 3)
+    assert res.gaps.tolist() == [np.inf, 0.0, 0.0, np.inf]  # only tokens with p = q > 0 could gain mass
+    assert out.request(0)[0] in (1, 2)
+    # Tiny residual: only token 2 (p ~ e**-30 / 2, q = 0) has p > q; the mass is that probability.
+    x[0] = [0, 0, -30, NEG]
+    dl[0, 0] = [0, 0, NEG, NEG]
+    for seed in range(5):
+        b = make_batch(x, [[3]], [0, 2], draft_logits=dl, seeds=[seed], pos=[40, 41])
+        out, traces = SAMPLER.verify_with_trace(b)
+        res = next(d for d in traces[0].decisions if d.kind == "residual")
+        p2 = np.exp(np.float64(-30)) / (2 + np.exp(np.float64(-30)))
+        assert res.accepted is True and res.margin == pytest.approx(p2, rel=1e-9)
+        assert out.request(0) == [2]  # the residual's only token
+        with np.errstate(divide="ignore"):
+            alt = np.log(target_probs(b)[0]) + gumbel_noise([seed], [40], v)[0]
+        assert np.allclose(res.gaps[:3], alt.max() - alt[:3], rtol=0, atol=1e-12) and res.gaps[3] == np.inf
+    # q a point mass at the draft (as a model row, and as a one-hot draft): the residual is p without the
+    # draft, its mass 1 - p(d), spread over two tokens.
+    x = np.array([[0, -1, -1], [0, 0, 0]], np.float32)
+    p0 = 1 / (1 + 2 * np.exp(-1.0))
+    for dl in (np.array([[[0, NEG, NEG]]], np.float32), None):
+        masses = []
+        for seed in range(40):
+            _, traces = SAMPLER.verify_with_trace(make_batch(x, [[0]], [0, 2], draft_logits=dl, seeds=[seed]))
+            masses += [d.margin for d in traces[0].decisions if d.kind == "residual"]
+        assert len(masses) >= 5 and np.allclose(masses, 1 - p0, rtol=1e-12)
 
 
 def test_chunked_and_permuted_match_full_batch():

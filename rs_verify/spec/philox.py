@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from .scratch import scratch
+from .scratch import Scratch
 
 __all__ = ["TINY", "SCALE", "rand", "randint", "rand_from_int", "philox_keys", "philox_counters"]
 
@@ -107,10 +107,14 @@ _KEY_INC = np.array(
 )
 
 
+_WORD = Scratch("philox: first output word of a block")
+_STATE = tuple(Scratch(f"philox: stacked round state {n}") for n in "XLP")
+
+
 def _work_buffers(block: tuple) -> tuple[np.ndarray, ...]:
     """`word [block]` and `X, L, P [(2,) + block]` uint64 scratch arrays (reused across calls)."""
-    word = scratch("philox.word", block, np.uint64)
-    X, L, P = (scratch(f"philox.{n}", (2,) + block, np.uint64) for n in "XLP")
+    word = _WORD(block, np.uint64)
+    X, L, P = (s((2,) + block, np.uint64) for s in _STATE)
     return word, X, L, P
 
 
@@ -218,6 +222,9 @@ def randint(seed, offsets, *, out=None) -> np.ndarray:
     return _philox_word(seed, offsets, out).view(np.int32)
 
 
+_SIGN_MASK = Scratch("philox: w ^ (w >> 31) of rand_from_int")
+
+
 def rand_from_int(w: np.ndarray, *, out=None) -> np.ndarray:
     """Triton's int32 -> float32 uniform map: `(w < 0 ? ~w : w) * 4.6566127342e-10` in float32.
 
@@ -229,7 +236,7 @@ def rand_from_int(w: np.ndarray, *, out=None) -> np.ndarray:
     if out is None:
         out = np.empty(w.shape, np.float32)
     # w ^ (w >> 31) is ~w for negative w and w otherwise.
-    m = scratch("philox.rand", w.shape, np.int32)
+    m = _SIGN_MASK(w.shape, np.int32)
     np.right_shift(w, 31, out=m)
     m ^= w
     np.multiply(m, SCALE, out=out, dtype=np.float32)  # int32 -> float32 (round to nearest), then fp32 multiply

@@ -1,0 +1,211 @@
+"""Verification of one slab of whole requests, vectorized over rows and requests (SPEC section 4).
+
+1. processed logits `z` of the slab (float32, IEEE division by `T`);
+2. every acceptance test at once: `log p_j(d) > log u_j + log q_i(d)` (model
+   drafts) or `log p_j(d) > log u_j` (one-hot); greedy `d_i == argmax z`;
+3. each request's first rejection `t_r` by a segmented minimum;
+4. one resample/bonus pass: one row of `V'` Gumbel noises per request,
+   `argmax_x (log r(x) + G_x)`.
+
+Residual scores use the unnormalized `log max(p - q, 0)`: a per-row constant
+changes no argmax and no gap. The big temporaries are `Scratch` arrays (reused
+across calls); in trace mode the quantities the trace needs are copied out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rs_verify.spec.scratch import Scratch
+
+from .logits import divide, row_layout, softmax_parts
+from .logprobs import slab_logprobs
+from .streams import log_exponential_noise, row_uniforms
+from .trace import slab_traces, token_scale
+
+__all__ = ["Slab", "accept", "resample", "verify_slab"]
+
+_Z = Scratch("reference slab: processed target logits z [rows, V']")
+_ACC_Z = Scratch("reference acceptance: z of the stochastic draft rows")
+_ACC_Y = Scratch("reference acceptance: float64 softmax work array")
+_ACC_Q = Scratch("reference acceptance: processed draft logits")
+_RES_Z = Scratch("reference resample: z of the final rows")
+_RES_BASE = Scratch("reference resample: log p, then the scores")
+_RES_E = Scratch("reference resample: exp(z - max), then the noise log E")
+_RES_Q = Scratch("reference resample: processed draft logits of rejected rows")
+_RES_EQ = Scratch("reference resample: q of rejected rows")
+_RES_R = Scratch("reference resample: residual max(p - q, 0)")
+
+
+class Slab:
+    """Requests `[ra, rb)` of a batch (`reference.sampler.BatchArrays`), with slab-local layout:
+    rows `[lo, hi)`, rebased `cu`, per-row request, step, bonus flag, draft id and temperature,
+    and the processed target logits `z` over `[0, V')`."""
+
+    def __init__(self, b, cu: np.ndarray, ra: int, rb: int, trace: bool):
+        self.b, self.trace = b, trace
+        self.ra = ra
+        self.lo, self.hi = int(cu[ra]), int(cu[rb])
+        self.cu = cu[ra : rb + 1] - cu[ra]
+        self.nreq, self.nrow = rb - ra, self.hi - self.lo
+        self.k1 = b.k + 1
+        self.vp = b.vp
+        self.states = b.idx[ra:rb]
+        self.temp = b.temperature[self.states]
+        self.seeds = b.seeds[self.states]
+        self.n = np.diff(self.cu) - 1
+        self.req, self.step, self.bonus = row_layout(self.cu)
+        self.greedy = self.temp == 0
+        self.pos = b.pos[self.lo : self.hi]
+        d = np.full(self.nrow, -1, dtype=np.int64)
+        d[:-1] = b.dti[self.lo + 1 : self.hi]
+        d[self.bonus] = -1
+        self.d = d
+        self.row_temp = self.temp[self.req]
+        # Processed logits over [0, V'), float32 (raw for greedy rows and T == 1).
+        self.x = b.x[self.lo : self.hi]
+        self.z = divide(self.x[:, : self.vp], self.row_temp, _Z((self.nrow, self.vp), np.float32))
+
+    def gather(self, rows: np.ndarray, scratch: Scratch) -> np.ndarray:
+        """Processed target logits of the given slab rows, float32 `[len, V']` (in `scratch`)."""
+        return np.take(self.z, rows, axis=0, out=scratch((rows.shape[0], self.vp), np.float32))
+
+    def draft_rows(self, rows: np.ndarray, scratch: Scratch) -> np.ndarray:
+        """Processed draft logits of the given slab rows (the draft row of their step), float32 `[len, V']`."""
+        flat = self.states[self.req[rows]] * self.b.k + self.step[rows]
+        buf = scratch((rows.shape[0], self.b.draft.shape[1]), np.float32)
+        q = np.take(self.b.draft, flat, axis=0, out=buf)[:, : self.vp]
+        return divide(q, self.row_temp[rows], out=q)
+
+
+def _at(z32: np.ndarray, tok: np.ndarray) -> np.ndarray:
+    """`z[i, tok[i]]` as float64 (`tok` already clipped into range)."""
+    return z32[np.arange(z32.shape[0]), tok].astype(np.float64)
+
+
+def verify_slab(slab: Slab):
+    """`(sampled, num_sampled, logprobs or None, traces)` of the slab's requests."""
+    nrow, nreq = slab.nrow, slab.nreq
+    greedy_row = slab.greedy[slab.req]
+    draft_row = ~slab.bonus
+    valid = (slab.d >= 0) & (slab.d < slab.vp)
+    d_safe = np.where(valid, slab.d, 0)
+
+    # Greedy rows: argmax of the raw logits over [0, V') (lowest index on ties).
+    argmax = np.full(nrow, -1, dtype=np.int64)
+    g_rows = np.flatnonzero(greedy_row)
+    if g_rows.size:
+        argmax[g_rows] = np.argmax(slab.z if g_rows.size == nrow else slab.z[g_rows], axis=1)
+
+    # Every acceptance test at once; the bonus row ends every request.
+    reject = slab.bonus.copy()
+    g_draft = g_rows[draft_row[g_rows]]
+    reject[g_draft] = slab.d[g_draft] != argmax[g_draft]
+    s_rows = np.flatnonzero(~greedy_row & draft_row)
+    acc = None
+    if s_rows.size:
+        acc = accept(slab, s_rows, valid[s_rows], d_safe[s_rows])
+        reject[s_rows] = ~acc["accepted"]
+
+    # First rejection per request (the bonus row when all were accepted).
+    t = np.minimum.reduceat(np.where(reject, slab.step, slab.k1), slab.cu[:-1])
+    final_row = slab.cu[:-1] + t
+
+    # The token emitted at the final row: greedy argmax, or the resample / bonus.
+    tokens = argmax[final_row]
+    s_req = np.flatnonzero(~slab.greedy)
+    res = None
+    if s_req.size:
+        res = resample(slab, s_req, final_row[s_req], (t == slab.n)[s_req], valid, d_safe)
+        tokens[s_req] = res["tokens"]
+
+    sampled = np.full((nreq, slab.k1), -1, dtype=np.int64)
+    keep = draft_row & (slab.step < t[slab.req])
+    sampled[slab.req[keep], slab.step[keep]] = slab.d[keep]
+    sampled[np.arange(nreq), t] = tokens
+    num = (t + 1).astype(np.int32)
+
+    lp = slab_logprobs(slab, sampled, num) if slab.b.batch.num_logprobs is not None else None
+    traces = slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req) if slab.trace else []
+    return sampled, num, lp, traces
+
+
+def accept(slab: Slab, rows, valid, d) -> dict:
+    """Acceptance tests of stochastic draft rows: accepted flags (in trace mode also each test's
+    margin and its scale `L = max(1, |log p(d)|, |log q(d)|)`)."""
+    zt = slab.gather(rows, _ACC_Z)
+    y = _ACC_Y(zt.shape, np.float64)
+    m, _, _, s = softmax_parts(zt, y, None)
+    logp = _at(zt, d) - m - np.log(s)
+    u = row_uniforms(slab.seeds[slab.req[rows]], slab.pos[rows])
+    logu = np.log(u.astype(np.float64))
+    out = {}
+    if slab.b.draft is not None:
+        zq = slab.draft_rows(rows, _ACC_Q)
+        mq, _, _, sq = softmax_parts(zq, y, None)
+        logq = _at(zq, d) - mq - np.log(sq)
+        accepted = valid & (logp > logu + logq)
+    else:
+        logq = None
+        accepted = valid & (logp > logu)
+    out["accepted"] = accepted
+    if slab.trace:
+        margin = logp - logu if logq is None else logp - logq - logu
+        margin[np.isneginf(logp)] = -np.inf  # p(d) = 0: never accepted
+        margin[~valid] = -np.inf
+        out.update(margin=margin, scale=np.maximum(1.0, token_scale(logp, logq)))
+    return out
+
+
+def resample(slab: Slab, reqs, rows, bonus, valid, d_safe) -> dict:
+    """One Gumbel-max pass over the final rows of stochastic requests: `argmax_x (log r(x) + G_x)`.
+
+    In trace mode also: `logp`, `noise` (G) and `scores` per final row; for the rows that
+    rejected a real draft (`resid_index` >= 0) the residual's float64 `mass` and, for model
+    drafts, `logq`.
+    """
+    nr, vp = rows.shape[0], slab.vp
+    zf = slab.gather(rows, _RES_Z)
+    base = _RES_BASE((nr, vp), np.float64)
+    e = _RES_E((nr, vp), np.float64)
+    _, base, e, s = softmax_parts(zf, base, e)
+    base -= np.log(s)[:, None]  # log p
+    out = {}
+    if slab.trace:
+        out["logp"] = base.copy()
+    rej = np.flatnonzero(~bonus & valid[rows])  # rejected real drafts: residuals
+    if rej.size:
+        d = d_safe[rows[rej]]
+        if slab.b.draft is not None:
+            zq = slab.draft_rows(rows[rej], _RES_Q)
+            eq = _RES_EQ(zq.shape, np.float64)
+            _, _, eq, sq = softmax_parts(zq, eq, None)
+            eq /= sq[:, None]  # q
+            r = np.take(e, rej, axis=0, out=_RES_R(zq.shape, np.float64))
+            r /= s[rej, None]  # p
+            r -= eq
+            np.maximum(r, 0.0, out=r)
+            keep = np.flatnonzero(r.any(axis=1))  # a residual with no positive mass falls back to p
+            if slab.trace:
+                out.update(mass=r.sum(axis=1), logq=np.log(eq))
+            np.log(r, out=r)
+            base[rej[keep]] = r[keep]
+        else:
+            logr = base[rej]
+            logr[np.arange(rej.size), d] = -np.inf
+            keep = np.flatnonzero((logr > -np.inf).any(axis=1))
+            if slab.trace:
+                out.update(mass=np.exp(logr).sum(axis=1), logq=None)
+            base[rej[keep]] = logr[keep]
+    noise = log_exponential_noise(slab.seeds[reqs], slab.pos[rows], e)  # e is free again
+    scores = base
+    scores -= noise  # log r(x) + G_x, G_x = -log E_x
+    out["tokens"] = np.argmax(scores, axis=1)
+    if slab.trace:
+        index = np.full(nr, -1, dtype=np.int64)
+        index[rej] = np.arange(rej.size)
+        out.update(scores=scores.copy(), noise=np.negative(noise), resid_index=index)
+        out.setdefault("mass", np.zeros(0))
+        out.setdefault("logq", None)
+    return out
+

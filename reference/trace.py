@@ -1,0 +1,185 @@
+"""Decision traces with margins and tolerance scales (SPEC section 8).
+
+`verify_with_trace` reports, per request, every decision the reference took, in
+order: the acceptance tests, then (after a rejected real draft) whether the
+residual had positive mass, then the argmax that emitted the last token
+(greedy requests: one argmax per emitted token).
+
+Each decision carries the scale `L` of SPEC section 8, computed from the tokens
+the decision compares and never from the rest of the row:
+`L = max(1, |log p(x)|, |log q(x)|, |G_x|)` over the draft token of an
+acceptance test, or over the reference's and the production's token of an
+argmax (`log q` only where a draft distribution enters the decision, `G` only
+for resamples and bonus tokens; non-finite terms are left out: they belong to
+tokens with probability 0, which are never near a tie). Since the production
+token of an argmax is not known here, an argmax decision reports `L` for every
+candidate (`scales`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .logits import log_softmax64
+
+__all__ = ["Decision", "RequestTrace"]
+
+
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """One decision of the reference, with its margin and tolerance scale.
+
+    - `request`: batch index `r`; `step`: `i` (`n_r` for the bonus); `row`: `j = cu[r] + step`.
+    - `kind`: `"accept"` (a stochastic acceptance test), `"residual"` (whether the residual
+      of a rejected real draft has positive mass) or `"argmax"` (a greedy argmax, a
+      resample or a bonus).
+    - `token`: the draft id tested (accept, residual) or the winning token (argmax).
+    - `accepted`: accept: the outcome of the test; residual: True when the residual had
+      positive mass (resampled from it), False when it fell back to `p`; argmax: None.
+    - `margin`: accept: `log p(d) - log q(d) - log u` (`log q = 0` for one-hot drafts;
+      `-inf` for padded or out-of-range drafts and whenever `p(d) = 0`); residual: the
+      residual's total mass in float64; argmax: best minus second-best score (`inf` with a
+      single candidate).
+    - `gaps`: float64 `[V']`. argmax: best score minus each candidate's (0 at the winner,
+      `inf` where the score is `-inf`). residual: each token's gap under the branch NOT
+      taken, i.e. what a sampler that decided the mass the other way would compare: the
+      fallback `log p(x) + G_x` when the residual was used; `max(0, log q(x) - log p(x))`
+      (how far `x` is from positive residual mass; `inf` where `p(x) = 0` or `x` is the
+      rejected one-hot draft) when it fell back. None for an accept.
+    - `scale`: `L` of the decision when the production agrees: accept: over the draft
+      token; argmax: over the winner; residual: 1 (the mass is compared with `eps` itself).
+    - `scales`: argmax and residual: float64 `[V']`, `L` over the branch's best token and
+      each candidate production token `x`. None for an accept.
+    """
+
+    request: int
+    step: int
+    row: int
+    kind: str
+    token: int
+    accepted: bool | None
+    margin: float
+    gaps: np.ndarray | None
+    scale: float
+    scales: np.ndarray | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RequestTrace:
+    """The tokens emitted for one request and the decisions that produced them, in order."""
+
+    request: int
+    tokens: list
+    decisions: list
+
+
+def argmax_stats(scores: np.ndarray):
+    """Per row of float64 scores: gaps (best minus each; inf at -inf) and the best/second-best margin."""
+    best = scores.max(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        gaps = best - scores
+    gaps[np.isneginf(scores) & np.isfinite(best)] = np.inf
+    if scores.shape[1] < 2:
+        margin = np.full(scores.shape[0], np.inf)
+    else:
+        margin = np.partition(gaps, 1, axis=1)[:, 1]  # the winner's gap, 0, is the smallest
+    return gaps, margin
+
+
+def token_scale(*terms) -> np.ndarray:
+    """Elementwise `max |term|` over the finite terms (0 where none is finite); None terms are skipped."""
+    out = None
+    for t in terms:
+        if t is None:
+            continue
+        a = np.abs(np.asarray(t, dtype=np.float64))
+        a[~np.isfinite(a)] = 0.0
+        out = a if out is None else np.maximum(out, a)
+    return out
+
+
+def candidate_scales(ts: np.ndarray, best: int) -> np.ndarray:
+    """`L` for each candidate `x` of an argmax whose best token is `best`: `max(1, ts[best], ts[x])`."""
+    return np.maximum(ts, max(1.0, float(ts[best])))
+
+
+def slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req) -> list[RequestTrace]:
+    """One `RequestTrace` per request of a verified slab (a loop over requests: trace mode only).
+
+    `acc`: the acceptance results of the stochastic draft rows `s_rows`; `res`: the resample
+    results of the stochastic requests `s_req` (see `reference.slab`).
+    """
+    s_index = np.full(slab.nrow, -1, dtype=np.int64)
+    s_index[s_rows] = np.arange(s_rows.size)
+    r_index = np.full(slab.nreq, -1, dtype=np.int64)
+    r_index[s_req] = np.arange(s_req.size)
+    traces = []
+    for r in range(slab.nreq):
+        tr, base = int(t[r]), int(slab.cu[r])
+        if slab.greedy[r]:
+            decisions = _greedy_decisions(slab, r, tr, argmax)
+        else:
+            decisions = []
+            for i in range(min(tr + 1, int(slab.n[r]))):
+                j = base + i
+                si = s_index[j]
+                decisions.append(Decision(slab.ra + r, i, slab.lo + j, "accept", int(slab.d[j]),
+                                          bool(acc["accepted"][si]), float(acc["margin"][si]), None,
+                                          float(acc["scale"][si])))
+            decisions.extend(_final_decisions(slab, r, tr, int(sampled[r, tr]), res, int(r_index[r])))
+        traces.append(RequestTrace(slab.ra + r, [int(v) for v in sampled[r, : num[r]]], decisions))
+    return traces
+
+
+def _greedy_decisions(slab, r, tr, argmax) -> list[Decision]:
+    """One argmax of the raw logits per emitted token; `L` from `log p` of the raw logits."""
+    base = int(slab.cu[r])
+    rows = np.arange(base, base + tr + 1)
+    z = slab.z[rows]
+    gaps, margin = argmax_stats(z.astype(np.float64))
+    ts = token_scale(log_softmax64(z))
+    out = []
+    for i in range(tr + 1):
+        tok = int(argmax[base + i])
+        scales = candidate_scales(ts[i], tok)
+        out.append(Decision(slab.ra + r, i, slab.lo + base + i, "argmax", tok, None, float(margin[i]), gaps[i],
+                            float(scales[tok]), scales))
+    return out
+
+
+def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
+    """The residual-mass decision (after a rejected real draft) and the resample or bonus argmax."""
+    req, j = slab.ra + r, int(slab.cu[r]) + tr
+    logp, g = res["logp"][ri], res["noise"][ri]
+    out = []
+    logq = None  # q enters the argmax only through a residual of model drafts that was used
+    k = res["resid_index"][ri]
+    if k >= 0:
+        mass, draft = float(res["mass"][k]), int(slab.d[j])
+        q_row = None if res["logq"] is None else res["logq"][k]
+        if mass > 0:  # the other branch: the fallback to p
+            alt_gaps = argmax_stats((logp + g)[None])[0][0]
+            alt_scales = candidate_scales(token_scale(logp, g), int(np.argmin(alt_gaps)))
+            logq = q_row
+        else:  # the other branch: a residual that float32 rounding kept
+            alt_gaps = _distance_to_positive_mass(logp, q_row, draft)
+            alt_scales = np.maximum(1.0, token_scale(logp, q_row))
+        out.append(Decision(req, tr, slab.lo + j, "residual", draft, mass > 0, mass, alt_gaps, 1.0, alt_scales))
+    gaps, margin = argmax_stats(res["scores"][ri : ri + 1])
+    scales = candidate_scales(token_scale(logp, logq, g), token)
+    out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, float(margin[0]), gaps[0], float(scales[token]),
+                        scales))
+    return out
+
+
+def _distance_to_positive_mass(logp, logq, draft) -> np.ndarray:
+    """Per token, `max(0, log q(x) - log p(x))`: 0 where the residual has mass, `inf` where it never can
+    (`p(x) = 0`, or the rejected one-hot draft itself; `logq` None means one-hot drafts, `q = 0` elsewhere)."""
+    with np.errstate(invalid="ignore"):
+        gap = np.zeros_like(logp) if logq is None else np.maximum(logq - logp, 0.0)
+    gap[~np.isfinite(logp)] = np.inf
+    if logq is None:
+        gap[draft] = np.inf
+    return gap
