@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..spec import philox
 from ..spec.batch import SpecBatch
 from .assertions import call
 from .registry import PropertyFailure, register
@@ -42,7 +43,6 @@ TINY_T_VOCAB = 6
 
 def _check_stream_values() -> None:
     """The edge values really are edges (a Philox change would make the campaign vacuous)."""
-    from rs_verify.spec import philox  # the NumPy Philox: streams only, no sampler
 
     u = philox.rand(np.int64(U_ZERO[0]), np.int64(U_ZERO[1]))
     g = philox.randint(np.int64(TINY_V[0]), np.int64(TINY_V[1]))

@@ -77,7 +77,8 @@ COST_ORDER = (
     "planner", "rejects_bad_input", "unvalidated_in_bounds", "philox_streams", "stream_edges",
     "tiny_temperatures", "determinism", "greedy_chain", "buffer_within_cap", "blackbox_chunking",
     "batch_invariance", "chunked_equals_full", "certified_equivalence", "output_invariants", "closed_forms",
-    "distribution_one_hot_drafts", "distribution_model_drafts", "peak_memory_within_cap",
+    "distribution_one_hot_drafts", "distribution_saturated_residuals", "distribution_model_drafts",
+    "peak_memory_within_cap",
 )
 
 # Why each property stays in the library even where it kills no planted bug on its own
@@ -93,7 +94,8 @@ WHY_KEPT = {
                       "certification and the edge campaigns are only as good as these streams.",
     "stream_edges": "Zero and tiny uniforms occur 2 and ~130 times in 2**32 draws: no generated batch reaches "
                     "them, so the TINY clamp and the accurate log(1 - v) are guarded here alone.",
-    "tiny_temperatures": "The strategies draw T >= 0.05: temperatures in (0, 1e-5] are only checked here.",
+    "tiny_temperatures": "The strategies draw T >= 0.05: temperatures in (0, 1e-5], where exact ties decide, "
+                         "are only checked here.",
     "determinism": "Gates atomics, races, uninitialised memory and hidden global random state.",
     "greedy_chain": "Greedy requests are compared with the exact argmax chain, independent of the reference and "
                     "of any tolerance.",
@@ -111,6 +113,9 @@ WHY_KEPT = {
                     "own RNG a sampler is checked only by the tests of fit.",
     "distribution_one_hot_drafts": "Test of fit for one-hot drafts, including a padded last draft: fast "
                                    "samplers only.",
+    "distribution_saturated_residuals": "Test of fit where p and q are saturated on the same tokens (an empty "
+                                        "residual falls back to p) and padded drafts carry model logits: the "
+                                        "residual branches a sampler with its own RNG can only be checked on here.",
     "distribution_model_drafts": "Test of fit over drafts drawn with the salted drafter stream: the only "
                                  "property that sees a shared draft/resample stream in a sampler with its own RNG.",
     "peak_memory_within_cap": "CUDA only (peak device memory of a Qwen-size batch): skipped on CPU.",
