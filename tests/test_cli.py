@@ -118,3 +118,7 @@ def test_report_plots_every_kind(tmp_path):
     assert failed["failing_cap"] == 5 and failed["bundles"] == ["b.npz"] and failed["failures"] == 1
     md = paths["markdown"].read_text()
     assert "rs-verify replay b.npz" in md and "chunk cap: 5" in md
+    # The campaign that ran states what it can detect (scipy-computed power at the profile's trials).
+    (power,) = doc["distribution_power"]
+    assert power["property"] == "distribution_model_drafts" and 0 < power["min_detectable_tv"] < 1
+    assert "What the distribution campaigns can detect" in md

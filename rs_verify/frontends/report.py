@@ -24,6 +24,7 @@ import numpy as np
 from scipy import stats
 
 from ..properties import PROPERTIES
+from ..properties.distribution import campaign_power
 from ..spec.batch import SpecBatch
 from ..spec.chunking import iter_request_chunks
 
@@ -275,6 +276,29 @@ def markdown(meta: dict, records: list[dict], plots: list[dict], note: str | Non
     return "\n".join(lines).rstrip() + "\n"
 
 
+def power_records(profile: str, records: list[dict]) -> list[dict]:
+    """What each distribution campaign that ran can detect at this profile's trial count."""
+    ran = {r["property"] for r in records if r["status"] != "skipped"}
+    return [_json_safe({k: v for k, v in c.items() if k != "per_test"})
+            for c in campaign_power(profile) if c["property"] in ran]
+
+
+def power_markdown(power: list[dict]) -> str:
+    if not power:
+        return ""
+    lines = ["", "## What the distribution campaigns can detect", "",
+             "Smallest total-variation distance between the emitted and the target distribution that each "
+             "campaign's weakest principal test detects with probability 0.99, at a family-wise false-positive "
+             "rate of 1e-6 (scipy.stats: chi2.isf for the critical values, ncx2.sf for the power).", ""]
+    lines += markdown_table(["property", "trials", "tests", "critical values", "min detectable TV",
+                             "best law's min TV", "weakest test (expected n)"],
+                            [[c["property"], c["trials"], c["tests"],
+                              f"{c['critical_values'][0]:.1f}-{c['critical_values'][1]:.1f}",
+                              f"{c['min_detectable_tv']:.3f}", f"{c['best_min_detectable_tv']:.3f}",
+                              f"{c['weakest_test']} ({c['weakest_n']:,.0f})"] for c in power])
+    return "\n".join(lines) + "\n"
+
+
 def write_report(results, directory, *, meta: dict | None = None) -> dict:
     """Write report.json, report.md and the plots of `results` (runner Outcome records) into `directory`.
 
@@ -290,10 +314,11 @@ def write_report(results, directory, *, meta: dict | None = None) -> dict:
         "failed": sum(r["failures"] for r in records),
         "skipped": sum(r["status"] == "skipped" for r in records),
     }
+    power = power_records(meta.get("profile") or "ci", records)
     doc = {"meta": _json_safe(meta), "summary": summary, "results": records, "plots": plots,
-           "plots_note": note, "band": BAND}
+           "plots_note": note, "band": BAND, "distribution_power": power}
     json_path = directory / "report.json"
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     md_path = directory / "report.md"
-    md_path.write_text(markdown(meta, records, plots, note))
+    md_path.write_text(markdown(meta, records, plots, note) + power_markdown(power))
     return {"json": json_path, "markdown": md_path, "plots": [directory / p["path"] for p in plots]}
