@@ -5,13 +5,15 @@ constexprs, attrs), target=GPUTarget("cuda", arch, 32))` lowers a kernel to a cu
 The interpreter accepts code the compiler rejects (a loop-carried variable whose integer width
 changes, for one), so only a compile shows such errors before a GPU run.
 
-Which specializations: `launches()` runs `rejection_sample` on `meta` tensors (shapes and dtypes,
-no data, no device) with the kernels swapped for recorders, over every logits dtype, draft mode,
+Which specializations: `launches()` (launches.py) runs `rejection_sample` on `meta` tensors with
+the kernels swapped for recorders, over every logits dtype, draft mode,
 logprobs mode and block size asked for, and over vocabularies of each class Triton specializes
 an int on (a multiple of 16, any other size, and 1; the draft vocabulary independently). Each
 recorded launch is bound with Triton's own binder for the target, the code that picks a
 specialization at launch time (pointer dtypes and 16-byte alignment, ints equal to 1 or
 divisible by 16, int32 or int64), and each distinct specialization is compiled once per arch.
+Pointers are 16-byte aligned, as every tensor `TritonSampler` allocates; a misaligned view passed
+to `rejection_sample` directly would launch a specialization without alignment hints.
 The `int64` width binds every launch again with each size and offset scalar moved above 2**31
 (by 2**32, which keeps its divisibility by 16), as Triton types a Python int >= 2**31.
 
@@ -42,28 +44,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES
+from .launches import DRAFT_MODES, KERNELS, VOCAB_CLASSES, Launch, launches
+from .sampler import TORCH_DTYPES
+
+__all__ = ["ARCHS", "DRAFT_MODES", "KERNELS", "VOCAB_CLASSES", "WIDTHS", "CompileResult", "Launch", "compile_all",
+           "gate_failures", "launches", "mixed_widths", "specialization", "table"]
 
 ARCHS = (80, 90, 100)
-KERNELS = ("row_stats_kernel", "verify_kernel", "log_softmax_kernel")
 WIDTHS = ("int32", "int64")
-DRAFT_MODES = ("model", "one_hot")
-# One vocabulary size per class Triton specializes an int argument on: divisible by 16, not, and 1.
-VOCAB_CLASSES = {"16n": 160, "other": 33, "1": 1}
 # Scalar arguments that are flags, not sizes or offsets: never >= 2**31.
 FLAGS = frozenset({"PROCESSED"})
 WIDEN = 2**32
 RESULT_PREFIX = "rs-verify-aot "
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One recorded kernel launch: the arguments `rejection_sample` passed (`meta` tensors)."""
-
-    kernel: str
-    args: tuple
-    kwargs: dict
-    label: str
 
 
 @dataclass
@@ -91,87 +83,11 @@ class CompileResult:
         return bool(self.local)
 
 
-class _Recorder:
-    """Stands in for a kernel: `kernel[grid](*args, **kwargs)` records the launch instead of running it."""
-
-    def __init__(self, name, sink, label):
-        self.name, self.sink, self.label = name, sink, label
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            self.sink.append(Launch(self.name, args, dict(kwargs), self.label))
-        return launch
-
-
-@contextlib.contextmanager
-def _recording(sink, label):
-    from . import sampler
-
-    real = sampler.kernels
-    sampler.kernels = type("RecordingKernels", (), {k: _Recorder(k, sink, label) for k in KERNELS})()
-    try:
-        yield
-    finally:
-        sampler.kernels = real
-
-
-def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode):
-    """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2."""
-    import torch
-
-    from .sampler import rejection_sample
-
-    def empty(shape, dt):
-        return torch.empty(shape, dtype=dt, device="meta")
-
-    cu = [0, 3, 4, 6]
-    n, r, s, k = cu[-1], len(cu) - 1, 4, 2
-    logits = TORCH_DTYPES[dtype]
-    with _recording(sink, label):
-        rejection_sample(
-            empty((n, v), logits), empty((s, k, vd), logits) if drafts == "model" else None,
-            empty(n, torch.int64), empty(r + 1, torch.int32), empty(n, torch.int64), empty(r, torch.int32),
-            empty(s, torch.float32), empty(s, torch.int64),
-            num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
-            num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw")
-
-
-def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes=(DEFAULT_BLOCK_V,),
-             vocab_classes=tuple(VOCAB_CLASSES)) -> list[Launch]:
-    """Every launch `rejection_sample` makes over the batch shapes asked for (repeats included).
-
-    - dtypes: logits dtypes (`float32`, `bfloat16`, `float16`).
-    - draft_modes: `model` (draft logits) and / or `one_hot` (no draft logits).
-    - block_sizes: `block_v` values (powers of two >= 16).
-    - vocab_classes: keys of `VOCAB_CLASSES`, for the target and (model drafts, at most V) the draft vocabulary.
-    """
-    out = []
-    sizes = [VOCAB_CLASSES[c] for c in vocab_classes]
-    for dtype in dtypes:
-        for drafts in draft_modes:
-            for block_v in block_sizes:
-                for v in sizes:
-                    for vd in ([vd for vd in sizes if vd <= v] if drafts == "model" else [v]):
-                        label = f"{dtype}, {drafts} drafts, BLOCK_V={block_v}, V={v}"
-                        label += f", Vd={vd}" if drafts == "model" else ""
-                        for mode in (None, "raw", "processed"):
-                            _record(out, label, dtype, drafts, v, vd, block_v, mode)
-    return out
-
-
 def mixed_widths(kernels=KERNELS) -> list[str]:
     """One `int64:NAME` width per size / offset scalar of the kernels (each alone >= 2**31)."""
-    from . import kernels as module
-
-    names = [n for k in kernels for n in scalar_names(_jit(getattr(module, k)))]
+    module = kernels_for_compile()
+    names = [n for k in kernels for n in scalar_names(getattr(module, k))]
     return [f"int64:{n}" for n in dict.fromkeys(names)]
-
-
-def _jit(fn):
-    """The parameters of a kernel, also when it was defined under the interpreter."""
-    from triton.runtime.jit import JITFunction
-
-    return fn if isinstance(fn, JITFunction) else JITFunction(fn.fn)
 
 
 def compilable_here() -> bool:
