@@ -98,3 +98,12 @@ def test_mixed_widths_compile():
     results = aot.compile_all([90], widths=widths, dtypes=("float32",), vocab_classes=("16n",))
     assert not aot.gate_failures(results), [(r.kernel, r.width, r.error) for r in aot.gate_failures(results)]
     assert {r.width for r in results} == set(widths)
+
+
+@pytest.mark.slow
+def test_gate_catches_register_spills():
+    """A 16384-token vocabulary block needs more than 255 registers per thread: the compile
+    succeeds but spills (about 1.6 KB of stack per thread on sm_90), which fails the gate."""
+    results = aot.compile_all([90], widths=["int32"], block_sizes=(16384,), **ONE_SPECIALIZATION)
+    assert [r.ok for r in results] == [True] and results[0].registers == 255 and results[0].local > 0
+    assert aot.gate_failures(results) == results

@@ -17,10 +17,11 @@ to `rejection_sample` directly would launch a specialization without alignment h
 The `int64` width binds every launch again with each size and offset scalar moved above 2**31
 (by 2**32, which keeps its divisibility by 16), as Triton types a Python int >= 2**31.
 
-Registers, static shared and local memory come from `cuobjdump -res-usage` on the cubin, so
-they are reported also when Triton's cache skipped ptxas; shared memory adds the dynamic shared
-memory Triton launches the kernel with. Local memory is what Triton counts as spills
-(`n_spills` is the local size / 4 on a GPU): the kernels allocate no local arrays.
+Registers, static shared memory and local memory (stack frame + local arrays) come from
+`cuobjdump -res-usage` on the cubin, so they are reported also when Triton's cache skipped
+ptxas; shared memory adds the dynamic shared memory Triton launches the kernel with. Local
+memory is what Triton counts as spills (`n_spills` is the driver's local size / 4): the kernels
+call no functions and allocate no local arrays, so any local memory is spilled registers.
 
 Interpreter: when `TRITON_INTERPRET=1` was set as triton was imported, `@triton.jit` (Triton's own
 `tl.max`, `tl.sum`, ... included) built interpreted functions, which cannot be compiled. Then
@@ -71,7 +72,7 @@ class CompileResult:
     error: str | None = None
     registers: int | None = None
     shared: int | None = None  # bytes per block: static (cubin) + dynamic (launch)
-    local: int | None = None  # bytes of local memory per thread: register spills
+    local: int | None = None  # bytes of local memory per thread (stack frame + local arrays): spills
     seconds: float = 0.0
 
     @property
@@ -138,7 +139,7 @@ def specialization(fn, launch, backend, width):
 
 
 def resource_usage(cubin: bytes) -> dict:
-    """REG, SHARED and LOCAL of a one-kernel cubin, from `cuobjdump -res-usage` ({} without cuobjdump)."""
+    """REG, STACK, SHARED and LOCAL of a one-kernel cubin, from `cuobjdump -res-usage` ({} without it)."""
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
@@ -149,7 +150,7 @@ def resource_usage(cubin: bytes) -> dict:
         f.flush()
         text = subprocess.run([str(tool), "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
     line = next((ln for ln in text.splitlines() if "REG:" in ln), "")
-    return {k: int(v) for k, v in re.findall(r"\b(REG|SHARED|LOCAL):(\d+)", line)}
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", line)}
 
 
 def _error_text(exc: BaseException) -> str:
@@ -217,7 +218,8 @@ def _compile_here(archs, widths, on_result, grid, kernels=KERNELS, kernels_file=
                 res = CompileResult(
                     launch.kernel, arch, width, launch.label, signature,
                     {fn.arg_names[path[0]]: value for path, value in constexprs.items()},
-                    error=error, registers=usage.get("REG"), shared=usage.get("SHARED"), local=usage.get("LOCAL"),
+                    error=error, registers=usage.get("REG"), shared=usage.get("SHARED"),
+                    local=usage.get("STACK", 0) + usage.get("LOCAL", 0) if usage else None,
                     seconds=round(time.perf_counter() - start, 3))
                 results.append(res)
                 if on_result is not None:
