@@ -219,6 +219,43 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_compile(args) -> int:
+    """Ahead-of-time CUDA compile of every kernel specialization (rs_verify.triton_sampler.aot)."""
+    os.environ.setdefault("TRITON_INTERPRET", "0")  # compile in this process unless the interpreter was chosen
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..triton_sampler import aot
+
+    archs = [int(a) for part in args.arch for a in part.split(",") if a.strip()]
+    grid = {} if args.block_v is None else {"block_sizes": args.block_v}
+    console, start = Console(), time.perf_counter()
+    with console.status("compiling") as status:
+        results = aot.compile_all(archs, **grid, on_result=lambda r: status.update(
+            f"sm_{r.arch} {r.kernel} ({r.width}, {escape(r.label)}): {'ok' if r.ok else 'ERROR'}"))
+    console.print(aot.table(results, verbose=args.verbose))
+    failed = aot.gate_failures(results)
+    for r in failed:
+        what = escape(r.error) if r.error else f"{r.local} bytes of local memory (register spills)"
+        console.print(f"[red]{'ERROR' if r.error else 'SPILLS'}[/] sm_{r.arch} {r.kernel} ({r.width}, "
+                      f"{escape(r.label)}): {what}")
+    console.print(f"{len(results)} specializations for {', '.join(f'sm_{a}' for a in archs)} in "
+                  f"{time.perf_counter() - start:.1f} s: {len(failed)} failed")
+    return 1 if failed else 0
+
+
+def cmd_spec(args) -> int:
+    """The contract (docs/SPEC.md, installed as package data rs_verify/SPEC.md)."""
+    from importlib.resources import files
+
+    doc = files("rs_verify").joinpath("SPEC.md")
+    if args.path:
+        print(doc)
+    else:
+        sys.stdout.write(doc.read_text(encoding="utf-8"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rs-verify", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -259,6 +296,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("name", nargs="?", help="the benchmark: benchmarks/<name>.py")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark script")
     bench.set_defaults(func=cmd_bench)
+    comp = sub.add_parser("compile", help="compile the built-in sampler's kernels for CUDA archs, no GPU needed "
+                                          "(exit 1: a compile error or a register spill)")
+    comp.add_argument("--arch", nargs="+", default=["80", "90", "100"], metavar="CC",
+                      help="compute capabilities, e.g. 80 90 100 or 80,90,100 (default: 80 90 100)")
+    comp.add_argument("--block-v", nargs="+", type=int, default=None, metavar="N",
+                      help="vocabulary block sizes to compile (default: the sampler's default block)")
+    comp.add_argument("-v", "--verbose", action="store_true", help="one table row per specialization")
+    comp.set_defaults(func=cmd_compile)
+    spec = sub.add_parser("spec", help="print the rejection-sampling contract (SPEC.md) shipped with the package")
+    spec.add_argument("--path", action="store_true", help="print where the installed SPEC.md is instead")
+    spec.set_defaults(func=cmd_spec)
     return parser
 
 

@@ -7,6 +7,11 @@ row's result never depends on the batch, the chunk or the other rows.
 All row / state offsets are int64 (`row * V` must not overflow int32); every
 load and store is masked or uses indices clamped into range, so a sampler run
 without validation never touches memory outside its tensors.
+Integer scalars arrive as int32 or int64 (Triton passes a Python int >= 2**31 as
+int64): index vectors and loop-carried indices take the width of the bound they
+run to (`tl.zeros_like(offs + n)`), so every kernel compiles for both widths
+(`aot.py` compiles them for CUDA archs, also on a machine without a GPU).
+The mutants of mutants/catalogue.py patch this file's text by exact match: keep their anchors in step.
 """
 
 import triton
@@ -49,7 +54,7 @@ def _row_stats(row_ptr, n, t_div, BLOCK_V: tl.constexpr):
     offs = tl.arange(0, BLOCK_V)
     m_vec = tl.full([BLOCK_V], NEG_INF, tl.float32)
     s_vec = tl.zeros([BLOCK_V], tl.float32)
-    i_vec = tl.zeros([BLOCK_V], tl.int32)
+    i_vec = tl.zeros_like(offs + n)  # the width of idx: int32, or int64 for an int64 n
     for start in range(0, n, BLOCK_V):
         idx = start + offs
         mask = idx < n
@@ -83,9 +88,9 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
     """
     offs = tl.arange(0, BLOCK_V)
     best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_ri = tl.zeros([BLOCK_V], tl.int32)
+    best_ri = tl.zeros_like(offs + n)  # the width of idx (see _row_stats)
     best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_pi = tl.zeros([BLOCK_V], tl.int32)
+    best_pi = tl.zeros_like(offs + n)
     for start in range(0, n, BLOCK_V):
         idx = start + offs
         mask = idx < n
@@ -212,6 +217,7 @@ def verify_kernel(
     jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
     if greedy:
         tok = tl.load(t_arg_ptr + jt)
+        tok = tok.to(tl.int64)  # both branches int64, whatever the scalars' width
     else:
         has_d = t < n
         d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
@@ -230,6 +236,7 @@ def verify_kernel(
             excl = tl.where(ok_t, d_t, -1)
             tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
                             HAS_DRAFT, BLOCK_V)
+        tok = tok.to(tl.int64)
     tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
     tl.store(out_row + t, tok.to(tl.int64))
     tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32))

@@ -37,10 +37,13 @@ Kernel pipeline, per call (`rejection_sample`):
 
 Every program reduces one row (or one request) with a lane layout fixed by
 `BLOCK_V` alone, so results never depend on the batch size, the chunking,
-the request order or the other requests. Kernels are specialized only on
-`BLOCK_V`, `HAS_DRAFT` and the logits dtype (offsets and sizes are marked
-`do_not_specialize`), and compiled with `enable_fp_fusion=False` so the
-rounding does not change with Triton's fusion default. Without validation,
+the request order or the other requests. Kernels are specialized on `BLOCK_V`,
+`HAS_DRAFT`, the logits dtype and, by Triton's default, on the vocabulary sizes
+`V` / `Vd` (equal to 1, divisible by 16) and `PROCESSED`; offsets and counts are
+`do_not_specialize`. Any integer scalar may arrive as int32 or int64. `rs-verify
+compile` (aot.py) compiles every such specialization for CUDA, also without a GPU.
+Kernels are compiled with `enable_fp_fusion=False` so the rounding does not
+change with Triton's fusion default. Without validation,
 every index read from the batch (`cu`, `idx_mapping`, draft ids, the row of
 a request) is clamped or masked, so no access leaves its tensor and every
 emitted token lies in `[0, V')` (NaN logits never win an argmax).

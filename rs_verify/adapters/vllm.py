@@ -1,0 +1,180 @@
+"""vLLM's model runner v2 (MRV2) rejection sampler under the SPEC section 10 protocol.
+
+    pytest -p rs_verify --rs-sampler=rs_verify.adapters.vllm:VllmSampler
+
+`VllmSampler` wraps `rejection_sample` from an installed vllm (`VLLM_MODULE`); no vLLM code
+lives in this repository and vllm is imported only when a `VllmSampler` is built. The calling
+convention, read from vLLM's source (`vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py`)
+and passed by parameter name (a parameter the adapter does not know fails at construction):
+
+    rejection_sample(
+        target_logits,          # float32 [N, V]: processed logits (SPEC 2), stride(-1) == 1
+        draft_logits,           # float32 [S, K, Vd]: processed draft logits, or None (one-hot drafts)
+        draft_sampled,          # int64 [N]: row j verifies draft_sampled[j + 1] (SpecBatch.draft_token_ids)
+        cu_num_logits,          # int32 [R + 1]
+        pos,                    # int64 [N]
+        idx_mapping,            # int32 [R]
+        expanded_idx_mapping,   # int32 [N]: idx_mapping of the request owning each row
+        expanded_local_pos,     # int32 [N]: row - cu_num_logits[request]
+        temperature,            # float32 [S]
+        seed,                   # int64 [S]
+        num_speculative_steps,  # int K
+    ) -> (sampled int64 [R, K + 1], num_sampled int32 [R])
+
+What the adapter does in vLLM's place:
+- Processed logits (SPEC section 2): vLLM passes `Sampler.apply_sampling_params(logits)`; the
+  adapter computes `z = fp32(x) / T` with IEEE division (torch `/`), `T = 1` for greedy states,
+  for the target rows and for the draft logits, from logits held in the batch's `logits_dtype`.
+  (vLLM's own temperature kernel may round differently, and it also applies top-k / top-p /
+  penalties, which the SPEC does not have.)
+- `expanded_idx_mapping` / `expanded_local_pos` as vLLM's `expand_idx_mapping` builds them.
+- Every input is a freshly allocated C-contiguous tensor, so empty ones (`K = 0`) have
+  ordinary strides too.
+- `sampled` past `num_sampled[r]` is whatever vLLM left there (`new_empty`): set to -1 (SPEC 5).
+
+Declared capabilities (SPEC section 10): no logprobs (`supports_logprobs = False`: vLLM computes
+them outside `rejection_sample`, and logprobs made here would test the adapter), no internal
+chunking (vLLM chunks in `RejectionSampler._verify_in_chunks`; the suite chunks from outside),
+`streams = "spec"` (vLLM's Philox streams are the SPEC's), every draft mode and logits dtype.
+On a machine without CUDA the kernels run under Triton's interpreter (`interpreted = True`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import sys
+
+import numpy as np
+
+from ..spec.batch import SamplerOutput, SpecBatch
+from ..spec.chunking import empty_output
+from ..spec.validation import validate as validate_batch
+
+VLLM_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
+# The parameters the adapter supplies, by the names vLLM's `rejection_sample` uses.
+KNOWN_PARAMETERS = ("target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
+                    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps")
+
+
+def load_vllm_rejection_sample():
+    """vLLM's MRV2 `rejection_sample`, or an ImportError that says what is missing."""
+    try:
+        module = importlib.import_module(VLLM_MODULE)
+    except ImportError as exc:
+        raise ImportError(
+            f"rs_verify.adapters.vllm needs vLLM with the model runner v2 rejection sampler "
+            f"({VLLM_MODULE}.rejection_sample), which could not be imported: {exc}. Install vllm "
+            f"(on a GPU runner), or pass rejection_sample= a function with the same calling convention."
+        ) from exc
+    fn = getattr(module, "rejection_sample", None)
+    if fn is None:
+        raise ImportError(f"{VLLM_MODULE} has no rejection_sample: this vllm version predates or renamed it")
+    return fn
+
+
+def bind_convention(fn) -> list[str]:
+    """The parameters of `fn` the adapter will pass; TypeError if `fn` requires one it does not know."""
+    params = inspect.signature(fn).parameters.values()
+    unknown = [p.name for p in params if p.name not in KNOWN_PARAMETERS and p.default is inspect.Parameter.empty
+               and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if unknown:
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)} requires parameters {unknown} that the vLLM adapter "
+                        f"does not supply (it knows {list(KNOWN_PARAMETERS)}): the calling convention changed")
+    return [p.name for p in params if p.name in KNOWN_PARAMETERS]
+
+
+def _use_interpreter_without_cuda(device) -> None:
+    """Triton code on CPU tensors needs the interpreter, chosen before triton is imported."""
+    if device.type == "cpu" and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+class VllmSampler:
+    """vLLM's MRV2 `rejection_sample` as a sampler (see the module docstring).
+
+    - rejection_sample: the function to wrap (default: imported from vllm when the sampler is built).
+    - device: torch device; None picks "cuda" when available, else "cpu" (Triton's interpreter).
+    - validate: run `rs_verify.validate` before any device work (`unvalidated()` turns it off).
+    """
+
+    name = "vllm-mrv2"
+    supports_chunking = False
+    streams = "spec"
+    supports_logprobs = False
+    draft_modes = frozenset({"model", "one_hot"})
+    logits_dtypes = frozenset({"float32", "bfloat16", "float16"})
+    memory_stats = False
+
+    def __init__(self, *, rejection_sample=None, device=None, validate: bool = True):
+        import torch
+
+        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device is None else device)
+        self.interpreted = self.device.type != "cuda"
+        _use_interpreter_without_cuda(self.device)
+        self.rejection_sample = load_vllm_rejection_sample() if rejection_sample is None else rejection_sample
+        self.parameters = bind_convention(self.rejection_sample)
+        self.validate = bool(validate)
+
+    def unvalidated(self) -> "VllmSampler":
+        """The same sampler with validation off (SPEC section 9: the kernels must stay in bounds)."""
+        return type(self)(rejection_sample=self.rejection_sample, device=self.device, validate=False)
+
+    def __repr__(self) -> str:
+        fn = getattr(self.rejection_sample, "__module__", "?") + "." + getattr(self.rejection_sample, "__name__", "?")
+        return f"VllmSampler(rejection_sample={fn}, device={str(self.device)!r}, validate={self.validate})"
+
+    def arguments(self, batch: SpecBatch) -> dict:
+        """The keyword arguments of the wrapped function for `batch` (device tensors, vLLM's layout)."""
+        import torch
+
+        dev = self.device
+
+        def tensor(a, dtype):
+            a = np.array(a, copy=True)
+            out = torch.empty(a.shape, dtype=dtype, device=dev)  # ordinary strides, also when empty
+            return out.copy_(torch.from_numpy(a)) if a.size else out
+
+        logits_dtype = getattr(torch, batch.logits_dtype, None) if batch.logits_dtype in self.logits_dtypes else None
+        if logits_dtype is None:
+            raise ValueError(f"logits_dtype: unknown dtype {batch.logits_dtype!r}")
+        n, r = batch.num_logits, batch.num_reqs
+        cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
+        idx_mapping = np.asarray(batch.idx_mapping, dtype=np.int32)
+        rows = np.arange(n)
+        req = np.clip(np.searchsorted(cu[1:], rows, side="right"), 0, max(r - 1, 0))
+        temperature = tensor(batch.temperature, torch.float32)
+        t_div = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
+        expanded_idx_mapping = idx_mapping[req] if r else np.zeros(n, np.int32)
+        row_t = t_div[torch.from_numpy(np.clip(expanded_idx_mapping, 0, len(t_div) - 1).astype(np.int64)).to(dev)]
+        target = tensor(batch.target_logits, logits_dtype).float() / row_t.unsqueeze(1)
+        draft = None
+        if batch.draft_logits is not None:
+            draft = tensor(batch.draft_logits, logits_dtype).float()
+            s = min(draft.shape[0], len(t_div))
+            draft[:s] /= t_div[:s].view(-1, 1, 1)
+        values = dict(
+            target_logits=target.contiguous(), draft_logits=None if draft is None else draft.contiguous(),
+            draft_sampled=tensor(batch.draft_token_ids, torch.int64),
+            cu_num_logits=tensor(batch.cu_num_logits, torch.int32), pos=tensor(batch.pos, torch.int64),
+            idx_mapping=tensor(idx_mapping, torch.int32),
+            expanded_idx_mapping=tensor(expanded_idx_mapping, torch.int32),
+            expanded_local_pos=tensor(rows - (cu[req] if r else 0), torch.int32),
+            temperature=temperature, seed=tensor(batch.seeds, torch.int64),
+            num_speculative_steps=int(batch.num_speculative_steps),
+        )
+        return {name: values[name] for name in self.parameters}
+
+    def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
+        if self.validate:
+            validate_batch(batch)
+        if batch.num_reqs == 0:
+            return dataclasses.replace(empty_output(batch), logprobs=None)
+        sampled, num_sampled = self.rejection_sample(**self.arguments(batch))[:2]
+        sampled = sampled.cpu().numpy().astype(np.int64, copy=False)
+        num_sampled = num_sampled.cpu().numpy().astype(np.int32, copy=False)
+        cols = np.arange(batch.num_speculative_steps + 1)
+        sampled = np.where(cols[None, :] < num_sampled[:, None], sampled, -1).astype(np.int64)
+        return SamplerOutput(sampled=sampled, num_sampled=num_sampled, logprobs=None)

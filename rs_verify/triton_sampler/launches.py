@@ -1,0 +1,96 @@
+"""The kernel launches of the built-in sampler, recorded without running them (for `aot.py`).
+
+`launches()` calls `rejection_sample` on `meta` tensors (shapes and dtypes, no data, no device)
+with the kernels swapped for recorders, so the recorded arguments are exactly what the sampler
+passes: the same code path as a real call, minus the kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES
+
+KERNELS = ("row_stats_kernel", "verify_kernel", "log_softmax_kernel")
+DRAFT_MODES = ("model", "one_hot")
+# One vocabulary size per class Triton specializes an int argument on: divisible by 16, not, and 1.
+VOCAB_CLASSES = {"16n": 160, "other": 33, "1": 1}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One recorded kernel launch: the arguments `rejection_sample` passed (`meta` tensors)."""
+
+    kernel: str
+    args: tuple
+    kwargs: dict
+    label: str
+
+
+class _Recorder:
+    """Stands in for a kernel: `kernel[grid](*args, **kwargs)` records the launch instead of running it."""
+
+    def __init__(self, name, sink, label):
+        self.name, self.sink, self.label = name, sink, label
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.sink.append(Launch(self.name, args, dict(kwargs), self.label))
+        return launch
+
+
+@contextlib.contextmanager
+def _recording(sink, label):
+    from . import sampler
+
+    real = sampler.kernels
+    sampler.kernels = type("RecordingKernels", (), {k: _Recorder(k, sink, label) for k in KERNELS})()
+    try:
+        yield
+    finally:
+        sampler.kernels = real
+
+
+def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode):
+    """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2."""
+    import torch
+
+    from .sampler import rejection_sample
+
+    def empty(shape, dt):
+        return torch.empty(shape, dtype=dt, device="meta")
+
+    cu = [0, 3, 4, 6]
+    n, r, s, k = cu[-1], len(cu) - 1, 4, 2
+    logits = TORCH_DTYPES[dtype]
+    with _recording(sink, label):
+        rejection_sample(
+            empty((n, v), logits), empty((s, k, vd), logits) if drafts == "model" else None,
+            empty(n, torch.int64), empty(r + 1, torch.int32), empty(n, torch.int64), empty(r, torch.int32),
+            empty(s, torch.float32), empty(s, torch.int64),
+            num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
+            num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw")
+
+
+def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes=(DEFAULT_BLOCK_V,),
+             vocab_classes=tuple(VOCAB_CLASSES)) -> list[Launch]:
+    """Every launch `rejection_sample` makes over the batch shapes asked for (repeats included).
+
+    - dtypes: logits dtypes (`float32`, `bfloat16`, `float16`).
+    - draft_modes: `model` (draft logits) and / or `one_hot` (no draft logits).
+    - block_sizes: `block_v` values (powers of two >= 16).
+    - vocab_classes: keys of `VOCAB_CLASSES`, for the target and (model drafts, at most V) the draft vocabulary.
+    """
+    out = []
+    sizes = [VOCAB_CLASSES[c] for c in vocab_classes]
+    for dtype in dtypes:
+        for drafts in draft_modes:
+            for block_v in block_sizes:
+                for v in sizes:
+                    for vd in ([vd for vd in sizes if vd <= v] if drafts == "model" else [v]):
+                        label = f"{dtype}, {drafts} drafts, BLOCK_V={block_v}, V={v}"
+                        label += f", Vd={vd}" if drafts == "model" else ""
+                        for mode in (None, "raw", "processed"):
+                            _record(out, label, dtype, drafts, v, vd, block_v, mode)
+    return out
