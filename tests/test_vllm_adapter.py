@@ -16,7 +16,7 @@ import torch
 from hypothesis import given
 
 from rs_verify.adapters.vllm import VllmSampler
-from rs_verify.properties.base import assert_same_output, call
+from rs_verify.properties.assertions import assert_same_output, call
 from strategies import spec_batches
 
 

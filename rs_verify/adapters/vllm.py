@@ -44,14 +44,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-import os
 import sys
 
 import numpy as np
 
+from ..engine import device as backend
 from ..spec.batch import SamplerOutput, SpecBatch
 from ..spec.chunking import empty_output
 from ..spec.validation import validate as validate_batch
+import torch
 
 VLLM_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 # The parameters the adapter supplies, by the names vLLM's `rejection_sample` uses.
@@ -86,12 +87,6 @@ def bind_convention(fn) -> list[str]:
     return [p.name for p in params if p.name in KNOWN_PARAMETERS]
 
 
-def _use_interpreter_without_cuda(device) -> None:
-    """Triton code on CPU tensors needs the interpreter, chosen before triton is imported."""
-    if device.type == "cpu" and "triton" not in sys.modules:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
 class VllmSampler:
     """vLLM's MRV2 `rejection_sample` as a sampler (see the module docstring).
 
@@ -109,11 +104,11 @@ class VllmSampler:
     memory_stats = False
 
     def __init__(self, *, rejection_sample=None, device=None, validate: bool = True):
-        import torch
 
-        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device is None else device)
+        if "triton" not in sys.modules:  # vLLM's kernels are Triton code: the suite's backend choice first
+            backend.resolve()
+        self.device = torch.device(("cpu" if backend.interpreted() else "cuda") if device is None else device)
         self.interpreted = self.device.type != "cuda"
-        _use_interpreter_without_cuda(self.device)
         self.rejection_sample = load_vllm_rejection_sample() if rejection_sample is None else rejection_sample
         self.parameters = bind_convention(self.rejection_sample)
         self.validate = bool(validate)
@@ -128,7 +123,6 @@ class VllmSampler:
 
     def arguments(self, batch: SpecBatch) -> dict:
         """The keyword arguments of the wrapped function for `batch` (device tensors, vLLM's layout)."""
-        import torch
 
         dev = self.device
 

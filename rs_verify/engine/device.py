@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 DEVICES = ("cpu", "cuda")
+COMPILE = "compile"  # ahead-of-time compile for a GPU target: the interpreter off, no GPU needed
 _NVIDIA_MARKERS = ("/proc/driver/nvidia/version", "/dev/nvidiactl")
 
 
@@ -74,8 +75,13 @@ def _use_interpreter() -> None:
 
 def resolve(requested: str | None = None) -> str:
     """Choose the backend for this process (see the module docstring); return "cuda" or "cpu"."""
-    if requested not in (None, *DEVICES):
+    if requested not in (None, COMPILE, *DEVICES):
         raise DeviceError(f"unknown device {requested!r}; expected one of {DEVICES}")
+    if requested == COMPILE:
+        if "triton" in sys.modules and interpreted():
+            raise DeviceError("triton was imported with its interpreter on: compile in a fresh process")
+        os.environ["TRITON_INTERPRET"] = "0"
+        return COMPILE
     if requested == "cpu" or (requested is None and interpreted()):
         _use_interpreter()
         return "cpu"

@@ -7,6 +7,7 @@ Importing this module imports neither torch nor triton: the device is chosen fir
 from __future__ import annotations
 
 import argparse
+from importlib.resources import files
 import ast
 import subprocess
 import sys
@@ -221,11 +222,9 @@ def cmd_list(args) -> int:
 
 def cmd_compile(args) -> int:
     """Ahead-of-time CUDA compile of every kernel specialization (rs_verify.triton_sampler.aot)."""
-    os.environ.setdefault("TRITON_INTERPRET", "0")  # compile in this process unless the interpreter was chosen
-    from rich.console import Console
-    from rich.markup import escape
-
-    from ..triton_sampler import aot
+    if "triton" not in sys.modules:  # compile in this process unless the interpreter was chosen already
+        device.resolve(device.COMPILE)
+    from ..triton_sampler import aot  # lazy: imports triton, after the backend choice
 
     archs = [int(a) for part in args.arch for a in part.split(",") if a.strip()]
     grid = {} if args.block_v is None else {"block_sizes": args.block_v}
@@ -246,8 +245,6 @@ def cmd_compile(args) -> int:
 
 def cmd_spec(args) -> int:
     """The contract (docs/SPEC.md, installed as package data rs_verify/SPEC.md)."""
-    from importlib.resources import files
-
     doc = files("rs_verify").joinpath("SPEC.md")
     if args.path:
         print(doc)

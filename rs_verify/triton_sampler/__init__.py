@@ -5,11 +5,12 @@ package first makes the suite's one backend choice (`rs_verify.engine.device.res
 unless triton was imported already (the variable is read when kernels are defined).
 """
 
+import os
 import sys
 
 from ..engine import device
 
-if "triton" not in sys.modules:
+if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ:
     device.resolve()
 
 from .sampler import DEFAULT_BLOCK_V, TritonSampler, default_device, rejection_sample  # noqa: E402

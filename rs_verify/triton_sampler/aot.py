@@ -45,6 +45,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import triton
+from rich.table import Table
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.language import standard
+from triton.runtime.jit import JITFunction, create_function_from_signature
+
+import rs_verify
+
+from . import kernels
 from .launches import DRAFT_MODES, KERNELS, VOCAB_CLASSES, Launch, launches
 from .sampler import TORCH_DTYPES
 
@@ -93,8 +104,6 @@ def mixed_widths(kernels=KERNELS) -> list[str]:
 
 def compilable_here() -> bool:
     """Whether this process can compile: triton was imported with its interpreter off."""
-    from triton.language import standard
-    from triton.runtime.jit import JITFunction
 
     return isinstance(standard.max, JITFunction)
 
@@ -102,9 +111,7 @@ def compilable_here() -> bool:
 def kernels_for_compile(kernels_file=None):
     """A private copy of `kernels.py` (or `kernels_file`, a variant of it) defined with Triton's
     interpreter off: compilable JIT functions, whatever the interpreter setting of this process."""
-    from triton import knobs
 
-    from . import kernels
 
     path = str(kernels_file or kernels.__file__)
     with knobs.runtime.scope():
@@ -125,7 +132,6 @@ def specialization(fn, launch, backend, width):
 
     `width`: "int32" (the scalars as recorded), "int64" (every size and offset >= 2**31) or
     "int64:NAME" (only scalar NAME >= 2**31: mixed widths)."""
-    from triton.runtime.jit import create_function_from_signature
 
     args = launch.args
     if width != "int32":  # "int64": every size and offset; "int64:NAME": only NAME
@@ -140,7 +146,6 @@ def specialization(fn, launch, backend, width):
 
 def resource_usage(cubin: bytes) -> dict:
     """REG, STACK, SHARED and LOCAL of a one-kernel cubin, from `cuobjdump -res-usage` ({} without it)."""
-    import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if not tool.exists():
@@ -175,10 +180,6 @@ def _error_text(exc: BaseException) -> str:
 
 def compile_one(fn, signature, constexprs, attrs, options, arch) -> tuple[str | None, dict]:
     """Compile one specialization for sm_<arch>: (error text or None, resource usage)."""
-    import triton
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     with knobs.runtime.scope(), contextlib.redirect_stdout(io.StringIO()):  # Triton prints PTX on ptxas errors
         knobs.runtime.interpret = False
@@ -194,8 +195,6 @@ def compile_one(fn, signature, constexprs, attrs, options, arch) -> tuple[str | 
 
 
 def _compile_here(archs, widths, on_result, grid, kernels=KERNELS, kernels_file=None):
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
 
     module = kernels_for_compile(kernels_file)
     recorded = [launch for launch in launches(**grid) if launch.kernel in kernels]
@@ -229,7 +228,6 @@ def _compile_here(archs, widths, on_result, grid, kernels=KERNELS, kernels_file=
 
 def _compile_in_child(archs, widths, on_result, grid, kernels=KERNELS, kernels_file=None):
     """Run `main` in a child process with the interpreter off; one JSON line per result."""
-    import rs_verify
 
     root = str(Path(rs_verify.__file__).resolve().parents[1])
     env = dict(os.environ, TRITON_INTERPRET="0",
@@ -285,7 +283,6 @@ def table(results, *, verbose: bool = False):
     """A rich Table, kernel x arch: specializations compiled, registers, spills and shared memory.
 
     `verbose`: one row per specialization (width and batch shape) instead of one per kernel."""
-    from rich.table import Table
 
     archs = sorted({r.arch for r in results})
     t = Table(title="CUDA compile of the built-in sampler (per thread: registers, spilled bytes; "

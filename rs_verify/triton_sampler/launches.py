@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES
+import torch
+
+from . import sampler
+from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
 
 KERNELS = ("row_stats_kernel", "verify_kernel", "log_softmax_kernel")
 DRAFT_MODES = ("model", "one_hot")
@@ -42,7 +45,6 @@ class _Recorder:
 
 @contextlib.contextmanager
 def _recording(sink, label):
-    from . import sampler
 
     real = sampler.kernels
     sampler.kernels = type("RecordingKernels", (), {k: _Recorder(k, sink, label) for k in KERNELS})()
@@ -54,9 +56,7 @@ def _recording(sink, label):
 
 def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode):
     """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2."""
-    import torch
 
-    from .sampler import rejection_sample
 
     def empty(shape, dt):
         return torch.empty(shape, dtype=dt, device="meta")
