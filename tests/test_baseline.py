@@ -295,3 +295,11 @@ def test_a_failure_bundle_replays_against_its_pinned_baseline(toy_repo, tmp_path
     assert recorded == f"git:{base.spec.commit}:{spec}"  # pinned: HEAD may move before the replay
     with pytest.raises(AssertionError, match="request 1 "):
         replay.replay_bundle(outcome.bundles[0])
+
+
+def test_ratio_of_medians():
+    assert timing.Timed("b", "wall", 2.1, 2.0, 3).ratio == pytest.approx(1.05)
+    assert timing.Timed("b", "device", 0.0, 0.0, 3).ratio == 1.0  # no kernels in either version
+    assert timing.Timed("b", "device", 1e-3, 0.0, 3).ratio == float("inf")
+    rows = [timing.Timed("a", "wall", 1.0, 1.0, 3), timing.Timed("b", "device", 1.06, 1.0, 3)]
+    assert [r.batch for r in timing.too_slow(rows, 1.05)] == ["b"]

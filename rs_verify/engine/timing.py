@@ -50,7 +50,9 @@ class Timed:
 
     @property
     def ratio(self) -> float:
-        return self.changed / self.baseline if self.baseline > 0 else float("inf")
+        if self.baseline > 0:
+            return self.changed / self.baseline
+        return 1.0 if self.changed == 0 else float("inf")
 
 
 def _device_seconds(sampler, batch, kwargs) -> float:
@@ -174,8 +176,9 @@ def time_versions(changed: tuple, baseline: tuple, batches: list, *, device: str
         a, b = runs[(i, versions[0].what)], runs[(i, versions[1].what)]
         out.append(Timed(label, "wall", statistics.median(w for w, _ in a), statistics.median(w for w, _ in b), repeats))
         if a[0][1] is not None and b[0][1] is not None:
-            out.append(Timed(label, "device", statistics.median(d for _, d in a), statistics.median(d for _, d in b),
-                             repeats))
+            device = Timed(label, "device", statistics.median(d for _, d in a), statistics.median(d for _, d in b), repeats)
+            if device.changed or device.baseline:  # neither version ran CUDA kernels: nothing to compare
+                out.append(device)
     return out
 
 
