@@ -67,11 +67,17 @@ def _device_seconds(sampler, batch, kwargs) -> float:
     return total_us * 1e-6
 
 
-def _time_call(sampler, batch, kwargs, on_cuda: bool) -> tuple[float, float | None]:
+def _time_call(sampler, batch, kwargs, on_cuda: bool) -> tuple[float, float | None, str | None]:
+    """`(wall, device, why device is missing)` of one call (device: CUDA only)."""
     start = time.perf_counter()
     sampler(batch, **kwargs)  # host arrays come back: the device work is done when this returns
     wall = time.perf_counter() - start
-    return wall, (_device_seconds(sampler, batch, kwargs) if on_cuda else None)
+    if not on_cuda:
+        return wall, None, None
+    try:
+        return wall, _device_seconds(sampler, batch, kwargs), None
+    except Exception as exc:  # noqa: BLE001 - no profiler (e.g. CUPTI unavailable): the wall time still counts
+        return wall, None, f"device time not measured: torch.profiler failed ({type(exc).__name__}: {exc})"
 
 
 def _child(conn, spec: str, sys_path: list[str], requested_device: str | None) -> None:
@@ -145,11 +151,13 @@ class _Version:
 
 
 def time_versions(changed: tuple, baseline: tuple, batches: list, *, device: str | None = None,
-                  repeats: int | None = None, warmup: int | None = None, timeout: float = 600.0) -> list[Timed]:
+                  repeats: int | None = None, warmup: int | None = None,
+                  timeout: float = 600.0) -> tuple[list[Timed], list[str]]:
     """Time both versions on `batches` (`(label, batch, call kwargs)` triples), interleaved.
 
     `changed` and `baseline` are loaders `(spec, sys_path)`. Returns one `Timed` per batch and
-    measure (`device` only when the processes run on CUDA). Defaults: `DEFAULT_REPEATS`, `DEFAULT_WARMUP`.
+    measure (`device` only when the processes run on CUDA) and notes on what was not measured.
+    Defaults: `DEFAULT_REPEATS`, `DEFAULT_WARMUP`.
     """
     repeats = DEFAULT_REPEATS if repeats is None else int(repeats)
     warmup = DEFAULT_WARMUP if warmup is None else int(warmup)
@@ -172,20 +180,24 @@ def time_versions(changed: tuple, baseline: tuple, batches: list, *, device: str
         for v in versions:
             v.close()
     out = []
+    notes = sorted({note for calls in runs.values() for _, _, note in calls if note})
     for i, label in enumerate(labels):
         a, b = runs[(i, versions[0].what)], runs[(i, versions[1].what)]
-        out.append(Timed(label, "wall", statistics.median(w for w, _ in a), statistics.median(w for w, _ in b), repeats))
-        if a[0][1] is not None and b[0][1] is not None:
-            device = Timed(label, "device", statistics.median(d for _, d in a), statistics.median(d for _, d in b), repeats)
+        out.append(Timed(label, "wall", statistics.median(c[0] for c in a), statistics.median(c[0] for c in b),
+                         repeats))
+        if all(c[1] is not None for c in a + b):
+            device = Timed(label, "device", statistics.median(c[1] for c in a), statistics.median(c[1] for c in b),
+                           repeats)
             if device.changed or device.baseline:  # neither version ran CUDA kernels: nothing to compare
                 out.append(device)
-    return out
+    return out, notes
 
 
-def table(rows: list[Timed], *, max_slowdown: float, changed: str, baseline: str, header: str = "") -> str:
-    """The comparison as a Markdown table (with a short header naming both versions)."""
+def table(rows: list[Timed], *, max_slowdown: float, changed: str, baseline: str, header: str = "",
+          notes=()) -> str:
+    """The comparison as a Markdown table (with a short header naming both versions, and notes)."""
     lines = [header] if header else []
-    lines += [f"changed: {changed}", f"baseline: {baseline}",
+    lines += [f"changed: {changed}", f"baseline: {baseline}", *notes,
               f"median of {rows[0].runs if rows else 0} interleaved runs per version, warm-up excluded; "
               f"a ratio above {max_slowdown:g} fails", "",
               "| batch | measure | changed (ms) | baseline (ms) | ratio | verdict |", "|---|---|---:|---:|---:|---|"]

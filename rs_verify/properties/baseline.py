@@ -217,10 +217,10 @@ def baseline_speed(ctx, _drawn) -> None:
     spec = getattr(ctx.sampler, "spec", None)
     if not spec:
         raise PropertyFailure("the changed sampler cannot be timed: it was not loaded by spec (module:attribute)")
-    rows = timing.time_versions((spec, []), base.loader, benchmark_batches(ctx.profile, chunked=_both_chunk(ctx)),
-                                device=ctx.device)
+    rows, notes = timing.time_versions((spec, []), base.loader,
+                                       benchmark_batches(ctx.profile, chunked=_both_chunk(ctx)), device=ctx.device)
     text = timing.table(rows, max_slowdown=base.max_slowdown, changed=_name(ctx.sampler), baseline=base.describe(),
-                        header="# rs-verify: speed of the change against its baseline\n")
+                        header="# rs-verify: speed of the change against its baseline\n", notes=notes)
     ctx.stats["timing_table"] = text
     if base.timing_path:
         Path(base.timing_path).parent.mkdir(parents=True, exist_ok=True)
