@@ -22,7 +22,9 @@ def capabilities(ctx: Context) -> set[str]:
     if callable(getattr(s, "unvalidated", None)):
         caps.add("unvalidated")
     if ctx.device == "cuda":
-        caps.add("cuda")
+        caps.update(("cuda", "timing"))
+    if getattr(ctx, "baseline", None) is not None:
+        caps.add("baseline")
     if not getattr(s, "interpreted", False):
         caps.add("fast")
     return caps

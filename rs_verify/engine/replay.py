@@ -14,6 +14,7 @@ import numpy as np
 from ..properties.registry import PROPERTIES, Context, Property
 from ..spec.batch import ARRAY_FIELDS, SpecBatch
 from . import bundle as bundles
+from .baseline import open_baseline
 from .context import make_context, skip_reason
 from .records import Failure
 from .samplers import load_sampler
@@ -26,19 +27,29 @@ class ReplayError(ValueError):
 
 
 def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = DEFAULT_REFERENCE,
-            profile: str | None = None, device: str | None = None) -> tuple[Property, Context]:
-    """The property and the context to replay it in; `ReplayError` when that is not possible."""
+            profile: str | None = None, device: str | None = None, baseline: str | None = None,
+            baseline_mode: str = "exact") -> tuple[Property, Context]:
+    """The property and the context to replay it in; `ReplayError` when that is not possible.
+
+    `baseline` (a baseline spec, `rs_verify.engine.baseline`) is opened for the regression gate's
+    properties only; it stays open until the process exits."""
     prop = PROPERTIES.get(prop_name)
     if prop is None:
         raise ReplayError(f"property {prop_name!r} is not registered in this rs-verify "
                           f"({len(PROPERTIES)} properties; see `rs-verify list`)")
     try:
         sampler = load_sampler(sampler_spec)
-        wants_ref = "reference" in prop.needs and reference_spec not in (None, "", "none")
+        certifies = "reference" in prop.needs or (baseline_mode == "certified" and "baseline" in prop.needs)
+        wants_ref = certifies and reference_spec not in (None, "", "none")
         reference = load_sampler(reference_spec) if wants_ref else None
     except ValueError as exc:
         raise ReplayError(str(exc)) from exc
     ctx = make_context(sampler, reference, profile=profile or "dev", device=device)
+    if baseline and "baseline" in prop.needs:
+        try:
+            ctx.baseline = open_baseline(baseline, sampler_spec=sampler_spec, mode=baseline_mode, device=device)
+        except ValueError as exc:
+            raise ReplayError(str(exc)) from exc
     reason = skip_reason(prop, ctx)
     if reason:
         raise ReplayError(f"property {prop.name!r} does not apply here: {reason}")
@@ -52,7 +63,8 @@ def prepare_bundle(b: bundles.Bundle, *, sampler: str | None = None, reference: 
     return prepare(b.property, sampler or b.sampler,
                    reference_spec=reference if reference is not None else (b.reference or DEFAULT_REFERENCE),
                    profile=profile or b.options.get("profile"),
-                   device=device or (recorded if recorded in ("cpu", "cuda") else None))
+                   device=device or (recorded if recorded in ("cpu", "cuda") else None),
+                   baseline=b.options.get("baseline"), baseline_mode=b.options.get("baseline_mode", "exact"))
 
 
 def replay(prop_name: str, sampler_spec: str, drawn, **context) -> Context:

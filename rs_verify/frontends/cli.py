@@ -21,9 +21,11 @@ from rich.table import Table
 
 from ..engine import bundle as bundles
 from ..engine import database, device, profiles, replay, runner
+from ..engine.baseline import DEFAULT_MAX_SLOWDOWN, DEFAULT_TIMING_TABLE, MODES, open_baseline, require_reference
 from ..engine.samplers import BUILTIN, load_sampler
 from ..engine.versions import versions
 from ..properties import NEEDS, PROPERTIES, by_cost
+from ..properties.baseline import gate_summary
 from .report import write_report
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "skipped": "yellow"}
@@ -64,6 +66,11 @@ def cmd_check(args) -> int:
     try:
         sampler = load_sampler(args.sampler)
         reference = load_sampler(reference_spec) if reference_spec else None
+        baseline = None
+        if args.baseline:  # a BaselineError is a ValueError: a usage error, like an unloadable sampler
+            require_reference(args.baseline_mode, reference_spec)
+            baseline = open_baseline(args.baseline, sampler_spec=args.sampler, mode=args.baseline_mode,
+                                     max_slowdown=args.max_slowdown, device=dev, timing_path=args.timing_table)
     except ValueError as exc:
         console.print(f"[red]rs-verify: {escape(str(exc))}[/]")
         return 2
@@ -73,6 +80,8 @@ def cmd_check(args) -> int:
     if not args.no_bundles:
         bundle_dir = args.bundle_dir or (str(Path(args.report) / "bundles") if args.report else bundles.DEFAULT_DIR)
     options = {"profile": profile, "device": dev, "runner": "cli"}
+    if baseline:
+        options.update(baseline=baseline.spec.pinned(), baseline_mode=args.baseline_mode)
     if args.max_examples is not None:
         options["max_examples"] = args.max_examples
     console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {dev}, "
@@ -81,6 +90,7 @@ def cmd_check(args) -> int:
     results = []
     for i, prop in enumerate(props, 1):
         ctx = runner.make_context(sampler, reference, profile=profile, device=dev)
+        ctx.baseline = baseline
         with console.status(f"[{i}/{len(props)}] {prop.name}: {escape(prop.doc)}"):
             res = runner.run(prop, ctx, base, bundle_dir=bundle_dir, sampler_spec=args.sampler,
                              reference_spec=reference_spec, options=options)
@@ -92,6 +102,11 @@ def cmd_check(args) -> int:
         if res.failure is not None:
             console.print(res.failure.text(), markup=False, highlight=False)
     _print_summary(console, args.sampler, results)
+    missing = False
+    if baseline:
+        timing = next((r.stats.get("timing_table") for r in results if r.name == "baseline_speed"), None)
+        lines, missing = gate_summary(args.baseline_mode, {r.name: r.status for r in results}, timing)
+        console.print("\n".join(lines), markup=False, highlight=False)
     if args.report:
         meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": dev,
                 "database": database.describe(settings().database), "versions": versions(),
@@ -99,7 +114,7 @@ def cmd_check(args) -> int:
         paths = write_report(results, args.report, meta=meta)
         console.print(f"report: {paths['markdown']}, {paths['json']} and {len(paths['plots'])} plot(s) in "
                       f"{args.report}", markup=False, highlight=False)
-    return 1 if any(r.status == "failed" for r in results) else 0
+    return 1 if missing or any(r.status == "failed" for r in results) else 0
 
 
 def _print_summary(console, sampler_spec: str, results) -> None:
@@ -275,6 +290,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--redis", metavar="URL", default=None,
                        help="shared Hypothesis example database redis://host:port/db (default: $RS_VERIFY_REDIS_URL); "
                             "the local directory database is still written")
+    check.add_argument("--baseline", metavar="SPEC", default=None,
+                       help="gate against a baseline version: module:attribute, a built-in name, or "
+                            "git:<rev>[:module:attribute] (that revision of this repository; default attribute: "
+                            "--sampler); runs matches_baseline and, on CUDA, baseline_speed")
+    check.add_argument("--baseline-mode", choices=MODES, default="exact",
+                       help="exact: bit for bit (default); certified: within the certification tolerance, and "
+                            "then the distribution campaigns must pass too")
+    check.add_argument("--max-slowdown", type=float, default=DEFAULT_MAX_SLOWDOWN, metavar="RATIO",
+                       help=f"the most the change may be slower than the baseline (CUDA; default {DEFAULT_MAX_SLOWDOWN})")
+    check.add_argument("--timing-table", metavar="PATH", default=DEFAULT_TIMING_TABLE,
+                       help="where the speed comparison's Markdown table is written")
     check.set_defaults(func=cmd_check)
     lst = sub.add_parser("list", help="list the properties and built-in samplers")
     lst.set_defaults(func=cmd_list)

@@ -22,6 +22,7 @@ import os
 import pytest
 
 from ..engine import device as devices
+from . import baseline_gate
 
 # Loading the plugin must stay light (pytest loads it in every session of an environment where
 # rs-verify is installed): the engine and the properties (numpy, scipy, hypothesis) are imported
@@ -65,6 +66,7 @@ def pytest_addoption(parser):
     group.addoption("--rs-redis", default=None, metavar="URL",
                     help="share Hypothesis failures through Redis (redis://host:port/db); default "
                          "$RS_VERIFY_REDIS_URL; the local directory database is still written")
+    baseline_gate.add_options(group)
 
 
 def _gate_enabled(config) -> bool:
@@ -163,6 +165,7 @@ def pytest_configure(config):
     config.stash[GATE_KEY] = gate
     if gate.enabled or gate.device:
         gate.device = _choose_device(gate.device, gate.profile)
+    baseline_gate.configure(config, gate)
     if gate.profile:
         from ..engine import profiles  # lazy: see the note at the top
 
@@ -220,8 +223,10 @@ class PropertyItem(pytest.Item):
         prop = PROPERTIES[self.prop_name]
         reference = gate.reference() if "reference" in prop.needs else None
         ctx = runner.make_context(gate.sampler(), reference, profile=gate.profile_name(), device=gate.device)
+        baseline_gate.attach(self.config, ctx, prop)
         outcome = runner.run(prop, ctx, gate.settings(), bundle_dir=gate.bundle_dir, sampler_spec=gate.sampler_spec,
-                             reference_spec=gate.reference_spec, options=gate.options())
+                             reference_spec=gate.reference_spec,
+                             options={**gate.options(), **baseline_gate.bundle_options(self.config)})
         self.user_properties.append(("rs_verify_examples", outcome.examples))
         if outcome.excused:
             self.user_properties.append(("rs_verify_excused", outcome.excused))

@@ -26,6 +26,8 @@ NEEDS = {
     "fast": "too slow for a distribution campaign (the sampler declares interpreted = True: run on CUDA)",
     "memory_stats": "the sampler reports no buffer instrumentation (memory_stats is False)",
     "unvalidated": "the sampler offers no unvalidated() variant",
+    "baseline": "no baseline was given (--rs-baseline / --baseline; baseline= when replaying)",
+    "timing": "not measured: timing a change against its baseline needs CUDA (interpreter times say nothing about the kernels)",
 }
 
 
@@ -48,6 +50,7 @@ class Context:
     batch_kwargs: dict = field(default_factory=dict)
     device: str = "cpu"
     stats: dict = field(default_factory=dict)  # counters a property may add to (e.g. excused divergences)
+    baseline: Any = None  # an opened rs_verify.engine.baseline.Baseline (the regression gate), or None
 
     def count(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n
@@ -76,9 +79,9 @@ PROPERTIES: dict[str, Property] = {}
 COST_ORDER = (
     "planner", "rejects_bad_input", "unvalidated_in_bounds", "philox_streams", "stream_edges",
     "tiny_temperatures", "determinism", "greedy_chain", "buffer_within_cap", "blackbox_chunking",
-    "batch_invariance", "chunked_equals_full", "certified_equivalence", "output_invariants", "closed_forms",
-    "distribution_one_hot_drafts", "distribution_saturated_residuals", "distribution_model_drafts",
-    "peak_memory_within_cap",
+    "batch_invariance", "chunked_equals_full", "matches_baseline", "certified_equivalence", "output_invariants",
+    "closed_forms", "distribution_one_hot_drafts", "distribution_saturated_residuals", "distribution_model_drafts",
+    "peak_memory_within_cap", "baseline_speed",
 )
 
 # Why each property stays in the library even where it kills no planted bug on its own
@@ -119,6 +122,9 @@ WHY_KEPT = {
     "distribution_model_drafts": "Test of fit over drafts drawn with the salted drafter stream: the only "
                                  "property that sees a shared draft/resample stream in a sampler with its own RNG.",
     "peak_memory_within_cap": "CUDA only (peak device memory of a Qwen-size batch): skipped on CPU.",
+    "matches_baseline": "The only comparison with the version a change replaces: a shifted token that stays within "
+                        "the certification tolerance, or a changed reduction order, passes every other property.",
+    "baseline_speed": "CUDA only: the only property that sees a slower kernel; skipped (not measured) on CPU.",
 }
 
 SLOW_FAMILIES = ("distribution",)
