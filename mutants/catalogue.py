@@ -148,6 +148,14 @@ MUTANTS: list[Mutant] = [
         killers=("batch_invariance", "certified_equivalence"),
     ),
     Mutant(
+        "acceptance_uniform_keyed_by_batch_row",
+        "Acceptance uniform keyed by the batch row instead of the token position (the resample noise is right): "
+        "accept/reject decisions change when the batch is permuted, split or chunked.",
+        TRITON,
+        _k((ACCEPT_U, "u = tl.maximum(tl.rand(seed, j_vec), TINY)  # MUTANT: row, not pos")),
+        killers=("certified_equivalence", "batch_invariance"),
+    ),
+    Mutant(
         "seeds_indexed_by_batch_row",
         "Seeds of the wrong state: idx_mapping ignored for the seed (seeds[r] instead of seeds[idx_mapping[r]]).",
         TRITON,
@@ -408,6 +416,15 @@ MUTANTS: list[Mutant] = [
         TRITON,
         _k(("ok_t = has_d & (d_t >= 0) & (d_t < Vp)", "ok_t = has_d  # MUTANT: padded drafts use q")),
         killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "empty_residual_emits_token_0",
+        "No fallback on an empty residual: when p and q are saturated on the same tokens, max(p - q, 0) has no "
+        "positive mass and the Gumbel argmax over all -inf scores returns token 0, with p = 0 (measured vLLM "
+        "MRV2 behaviour; SPEC 4 falls back to p).",
+        TRITON,
+        _k(("    tok = tl.where(mr > NEG_INF, ir, ip)\n", "    tok = ir  # MUTANT: no fallback to p\n")),
+        killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
         "resample_ignores_residual",
