@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis.control import current_build_context
 
 from ..properties.registry import PROPERTIES, Context, Property, PropertyFailure
-from . import bundle, profiles, replay
+from . import bundle, guards, isolation, profiles, replay
 from .context import describe, make_context, skip_reason
-from .records import ERROR, PROPERTY, Failure, Outcome
+from .isolation import SamplerDied
+from .records import CRASH, ERROR, PROPERTY, TIMEOUT, Failure, Outcome
 
 __all__ = ["make_context", "pytest_run", "run", "skip_reason"]
 
@@ -55,7 +56,9 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
         ctx.count("examples")
         try:
             prop.check(ctx, drawn)
-        except Exception as exc:
+        except (Exception, SamplerDied) as exc:
+            # A SamplerDied (a crash or a hang of an isolated sampler) is a BaseException: it ends
+            # the Hypothesis run at once, unshrunk, and `run` records it with this input.
             capture.record(exc, drawn, ctx.stats["examples"])
             raise
 
@@ -84,15 +87,22 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
 def failure_record(prop: Property, ctx: Context, exc: BaseException, capture: _Capture) -> Failure:
     """The record of the exception Hypothesis raised: its input when the property saw one."""
     seen, drawn = capture.drawn_for(exc)
-    batch = getattr(exc, "batch", None) if isinstance(exc, PropertyFailure) else None
-    failure = Failure(property=prop.name, sampler=describe(ctx.sampler),
-                      kind=PROPERTY if isinstance(exc, AssertionError) else ERROR,
+    batch = getattr(exc, "batch", None) if isinstance(exc, (PropertyFailure, SamplerDied)) else None
+    if isinstance(exc, SamplerDied):
+        kind = TIMEOUT if exc.kind == "timeout" else CRASH
+    else:
+        kind = PROPERTY if isinstance(exc, AssertionError) else ERROR
+    failure = Failure(property=prop.name, sampler=describe(ctx.sampler), kind=kind,
                       message=f"{type(exc).__name__}: {exc}", batch=batch, drawn=drawn if seen else None,
                       found_at=capture.first_at, replayable=seen, exception=exc)
     failure.notes.append(f"property: {prop.name} ({prop.doc})\nsampler: {failure.sampler}")
     shown = failure.failing_batch()
     if shown is not None:
         failure.notes.append(f"batch: {shown.summary()}")
+    if isinstance(exc, SamplerDied):
+        call = ", ".join(["batch", *(f"{k}={v!r}" for k, v in exc.kwargs.items())])
+        failure.notes.append(f"the call that did not return: sampler({call}); the run stopped there (no shrinking "
+                             "through crashes and hangs)")
     if not seen:
         failure.notes.append("the failing input is unknown (the error was raised outside the property's check)")
     return failure
@@ -112,10 +122,23 @@ def run(prop: Property, ctx: Context, base: settings | None = None, *, bundle_di
     capture = _Capture()
     start = time.perf_counter()
     failure = None
+    calls = guards.call_count()
+    outer = ctx.sampler
     try:
-        hypothesis_test(prop, ctx, base, capture)()
-    except Exception as exc:  # noqa: BLE001 - turned into a Failure record, never swallowed
+        # An isolated sampler gets a fresh child for this property (closed at the end).
+        with isolation.for_property(outer) as ctx.sampler:
+            hypothesis_test(prop, ctx, base, capture)()
+    except (Exception, SamplerDied) as exc:  # noqa: BLE001 - turned into a Failure record, never swallowed
         failure = failure_record(prop, ctx, exc, capture)
+    finally:
+        ctx.sampler = outer
+    ctx.stats["sampler_calls"] = guards.call_count() - calls
+    if failure is None and not prop.self_check and not ctx.stats["sampler_calls"]:
+        # No property passes a sampler it never called.
+        failure = Failure(property=prop.name, sampler=describe(ctx.sampler), kind=ERROR, replayable=False,
+                          message=f"rs-verify: {prop.name} never called the sampler ({ctx.stats.get('examples', 0)} "
+                                  "examples); a property that does not exercise the sampler cannot pass it")
+    if failure is not None:
         if sampler_spec:
             failure.sampler = sampler_spec
         _attach_reproducer(failure, ctx, bundle_dir, reference_spec, options)
@@ -139,7 +162,7 @@ def _attach_reproducer(failure: Failure, ctx: Context, bundle_dir, reference_spe
         return
     failure.bundles.append(str(path))
     failure.notes.append(f"failure bundle: {path}\nreplay with: {bundle.replay_command(path)}\n"
-                         f"or in Python:\n{replay.bundle_snippet(path)}")
+                         f"or in Python:\n{replay.bundle_snippet(path, failure.kind)}")
 
 
 def pytest_run(name: str, sampler, reference=None) -> None:
@@ -153,6 +176,8 @@ def pytest_run(name: str, sampler, reference=None) -> None:
         pytest.skip(outcome.reason)
     if outcome.failure is not None:
         exc = outcome.failure.exception
+        if exc is None:
+            pytest.fail(outcome.failure.text(), pytrace=False)
         if isinstance(exc, AssertionError):
             raise AssertionError(outcome.failure.text()) from exc
         for note in outcome.failure.notes:
