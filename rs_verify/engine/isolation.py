@@ -150,6 +150,7 @@ class ChildSampler:
         self._proc = self._conn = None
         self._unvalidated_child = None
         self._declared = declared if declared is not None else self._start()
+        self._unused = declared is None  # a child started only to read the declarations: a sibling adopts it
 
     def _start(self, batch=None, kwargs=None) -> dict:
         """Start the child; with `batch` (a start on the first call), a load error is a crash of that call."""
@@ -200,11 +201,16 @@ class ChildSampler:
         return str(self._declared.get("name", self.spec))
 
     def sibling(self, *, fresh_per_call: bool | None = None) -> "ChildSampler":
-        """The same sampler in a child of its own, started on its first call."""
+        """The same sampler in a child of its own, started on its first call (or this one's child,
+        when it was started only to read the declarations and never called: one start saved)."""
         spec, sys_path, device_name, unvalidated = self._args
-        return ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout,
-                            unvalidated=unvalidated, start_timeout=self.start_timeout, declared=self._declared,
-                            fresh_per_call=self.fresh_per_call if fresh_per_call is None else fresh_per_call)
+        other = ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout,
+                             unvalidated=unvalidated, start_timeout=self.start_timeout, declared=self._declared,
+                             fresh_per_call=self.fresh_per_call if fresh_per_call is None else fresh_per_call)
+        if self._unused and self._proc is not None and self._proc.is_alive():
+            other._proc, other._conn, self._proc, self._conn = self._proc, self._conn, None, None
+        self._unused = False
+        return other
 
     def _unvalidated(self) -> "ChildSampler":
         # One child for the unvalidated variant per ChildSampler (closed with it), not one per call.
@@ -218,6 +224,7 @@ class ChildSampler:
 
     def observed_call(self, batch, kwargs: dict, *, reseed: int | None = None):
         """`guards.observed_call` run in the child: `(output, CallReport)`."""
+        self._unused = False
         if self._proc is None or not self._proc.is_alive():
             self._stop()
             self._start(batch, kwargs)
@@ -264,16 +271,15 @@ class ChildSampler:
 
 def load(spec: str, level: str = DEFAULT_LEVEL, *, timeout: float = DEFAULT_TIMEOUT, device_name: str | None = None,
          sys_path: list[str] | None = None):
-    """The sampler named by `spec` at isolation `level`: a `ChildSampler` (its declarations read,
-    its child closed again) or, for `off`, the sampler itself loaded in this process."""
+    """The sampler named by `spec` at isolation `level`: a `ChildSampler` (loaded once to read its
+    declarations; `for_property` gives each property a child of its own, the first one adopting
+    this child) or, for `off`, the sampler itself loaded in this process."""
     if level not in LEVELS:
         raise ValueError(f"unknown isolation level {level!r}; expected one of {LEVELS}")
     if level == "off":
         return load_sampler(spec)
-    template = ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=timeout,
-                            fresh_per_call=level == "call")
-    template.close()
-    return template
+    return ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=timeout,
+                        fresh_per_call=level == "call")
 
 
 @contextlib.contextmanager

@@ -6,10 +6,14 @@ The tests, the CLI, the pytest plugin and the mutation campaign all run properti
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 
 from hypothesis import given, settings
 from hypothesis.control import current_build_context
+from hypothesis.internal.conjecture import engine as conjecture_engine
+from hypothesis.reporting import current_reporter, with_reporter
 
 from ..properties.registry import PROPERTIES, Context, Property, PropertyFailure
 from . import bundle, guards, isolation, profiles, replay
@@ -71,23 +75,53 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
     @given(prop.strategy(ctx))
     def test(drawn):
         # Shrinking through the Triton interpreter can take many minutes: once the shrink
-        # budget is spent, further shrink candidates pass without running the sampler, so
-        # Hypothesis stops and reports the smallest failure found so far (its final replay,
-        # `is_final`, always runs the real check).
+        # budget is spent, further shrink candidates pass without running the sampler, and
+        # Hypothesis's own shrink deadline (`_shrink_deadline`) ends the shrink phase, so
+        # Hypothesis reports the smallest failure found so far (its final replay, `is_final`,
+        # always runs the real check).
         if (capture.first_time is not None and time.monotonic() - capture.first_time > budget
                 and not current_build_context().is_final):
             return
         check(drawn)
 
+    @functools.wraps(test)
+    def run_test():
+        with _shrink_deadline(budget):
+            test()
+
     # Give every (property, sampler) pair its own key in the example database.
     test.hypothesis.inner_test._hypothesis_internal_add_digest = f"{prop.name}:{describe(ctx.sampler)}".encode()
-    return test
+    return run_test
+
+
+@contextlib.contextmanager
+def _shrink_deadline(seconds: float):
+    """Hypothesis's shrink-phase deadline set to `seconds` (its documented, monkeypatchable
+    `MAX_SHRINKING_SECONDS`, 300 s by default) and its warning about it silenced: candidates that
+    pass without running still cost a draw each, which for large inputs adds minutes."""
+    saved = conjecture_engine.MAX_SHRINKING_SECONDS
+    conjecture_engine.MAX_SHRINKING_SECONDS = min(saved, seconds)
+    try:
+        with with_reporter(_quiet_shrink_warning(current_reporter())):
+            yield
+    finally:
+        conjecture_engine.MAX_SHRINKING_SECONDS = saved
+
+
+def _quiet_shrink_warning(reporter):
+    def report(value) -> None:
+        if "working to shrink" not in str(value):  # the budget, not a Hypothesis problem
+            reporter(value)
+
+    return report
 
 
 def failure_record(prop: Property, ctx: Context, exc: BaseException, capture: _Capture) -> Failure:
     """The record of the exception Hypothesis raised: its input when the property saw one."""
     seen, drawn = capture.drawn_for(exc)
     batch = getattr(exc, "batch", None) if isinstance(exc, (PropertyFailure, SamplerDied)) else None
+    if isinstance(exc, SamplerDied) and prop.strategy is None:
+        batch = None  # a fixed campaign replays from its seed; its batch can be large (the message summarises it)
     if isinstance(exc, SamplerDied):
         kind = TIMEOUT if exc.kind == "timeout" else CRASH
     else:

@@ -340,7 +340,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if skipped:
         terminalreporter.section("rs-verify: properties not run on this sampler")
         for nodeid, reason in skipped:
-            terminalreporter.write_line(f"{nodeid}: {reason.removeprefix('Skipped: ')}")
+            name = nodeid.removeprefix("rs-verify::")
+            terminalreporter.write_line(f"{nodeid}: {reason.removeprefix('Skipped: ').removeprefix(name + ': ')}")
     passed = _gate_reports(terminalreporter, "passed")
     checks = [r.nodeid for r in passed if _properties(r).get(SELF_CHECK_PROPERTY)]
     trusted = [(r.nodeid, _properties(r)[SELF_REPORTED_PROPERTY]) for r in passed

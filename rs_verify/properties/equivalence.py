@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
 from .assertions import assert_same_output, assert_same_request, call, event
+from .memory import large_batch
 from .registry import register
 from .inputs import batch_and_cap, batches
 from .transforms import merge_unrelated
@@ -83,3 +84,22 @@ def determinism(ctx, drawn) -> None:
     second = call(ctx.sampler, batch, reseed=seed + 1)
     assert_same_output(second, first, what="second run vs first run (global generators reseeded between them)",
                        batch=batch)
+
+
+# A batch well beyond what the strategies draw, sized so that each profile can afford a few calls
+# on its device: (requests, draft steps, vocabulary, calls). Races between programs and
+# uninitialised memory show on large grids; through the Triton interpreter (programs run one at a
+# time, ~5 s a call at the ci size) this still catches state that leaks from call to call.
+LARGE = {"dev": (16, 4, 1024, 2), "ci": (16, 4, 1024, 2), "gpu": (64, 8, 152064, 3), "nightly": (64, 8, 4096, 4)}
+
+
+@register("determinism_large_batch", "equivalence")
+def determinism_large_batch(ctx, _drawn) -> None:
+    """Repeats of one large batch (model drafts, processed logprobs) are bit-identical, global generators reseeded."""
+    r, k, v, calls = LARGE.get(ctx.profile, LARGE["dev"])
+    batch = large_batch(r=r, k=k, v=v, seed=17)
+    first = call(ctx.sampler, batch, reseed=1)
+    for i in range(1, calls):
+        again = call(ctx.sampler, batch, reseed=1 + i)
+        # No batch on the failure: a fixed input replays from its seed (a bundle stays small).
+        assert_same_output(again, first, what=f"run {i + 1} vs run 1 of {batch.summary()}", batch=None)

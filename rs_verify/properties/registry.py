@@ -76,7 +76,7 @@ PROPERTIES: dict[str, Property] = {}
 COST_ORDER = (
     "planner", "rejects_bad_input", "unvalidated_in_bounds", "philox_streams", "stream_edges",
     "tiny_temperatures", "determinism", "greedy_chain", "buffer_within_cap", "blackbox_chunking",
-    "batch_invariance", "chunked_equals_full", "certified_equivalence", "output_invariants", "closed_forms",
+    "batch_invariance", "chunked_equals_full", "determinism_large_batch", "certified_equivalence", "output_invariants", "closed_forms",
     "distribution_one_hot_drafts", "distribution_model_drafts", "peak_memory_within_cap",
 )
 
@@ -95,6 +95,8 @@ WHY_KEPT = {
                     "them, so the TINY clamp and the accurate log(1 - v) are guarded here alone.",
     "tiny_temperatures": "The strategies draw T >= 0.05: temperatures in (0, 1e-5] are only checked here.",
     "determinism": "Gates atomics, races, uninitialised memory and hidden global random state.",
+    "determinism_large_batch": "Races between programs and uninitialised memory show on grids far larger than the "
+                               "strategies draw; the only property that repeats one large batch.",
     "greedy_chain": "Greedy requests are compared with the exact argmax chain, independent of the reference and "
                     "of any tolerance.",
     "buffer_within_cap": "The only property that sees memory: an over-sized processed-logits buffer changes no "
