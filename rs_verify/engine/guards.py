@@ -137,16 +137,26 @@ def modified(batch: SpecBatch, snap: dict) -> str | None:
         now = np.ascontiguousarray(now)
         if now.shape != was.shape or now.dtype != was.dtype:
             return f"{name} (now {now.dtype} {list(now.shape)}, was {was.dtype} {list(was.shape)})"
-        if now.tobytes() != was.tobytes():
-            flat_now, flat_was = now.reshape(-1), was.reshape(-1)
-            cells = flat_now.view(np.uint8).reshape(now.size, -1) != flat_was.view(np.uint8).reshape(was.size, -1)
-            k = int(np.flatnonzero(cells.any(axis=1))[0])
+        flat_now, flat_was = now.reshape(-1), was.reshape(-1)
+        diff = _bits(flat_now) != _bits(flat_was)  # bit for bit: NaN payloads and -0.0 count
+        if diff.ndim > 1:
+            diff = diff.any(axis=1)
+        if diff.any():
+            k = int(np.flatnonzero(diff)[0])
             idx = ", ".join(str(int(i)) for i in np.unravel_index(k, now.shape))
             return f"{name}[{idx}] ({flat_was[k].item()!r} became {flat_now[k].item()!r})"
     for name in _SCALARS:
         if getattr(batch, name, None) != snap[name]:
             return f"{name} ({snap[name]!r} became {getattr(batch, name, None)!r})"
     return None
+
+
+def _bits(flat: np.ndarray) -> np.ndarray:
+    """A 1-D array's elements as unsigned integers of their width (rows of bytes for other widths)."""
+    if flat.dtype.hasobject:
+        return flat
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(flat.dtype.itemsize)
+    return flat.view(width) if width is not None else flat.view(np.uint8).reshape(flat.size, -1)
 
 
 # -- global random state ---------------------------------------------------------
