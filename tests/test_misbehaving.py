@@ -180,3 +180,43 @@ def test_property_failure_reports_modified_input_before_the_output():
 
     with pytest.raises(PropertyFailure, match=r"modified num_logprobs \(None became 2\) in place"):
         call(sampler, _batch(2))
+
+
+def test_a_crashed_child_is_replaced_and_call_level_isolation_restarts_every_call():
+    seg = isolation.ChildSampler("examples.misbehaving:SegfaultSampler", device_name="cpu")
+    try:
+        crashing = _batch(2).replace(num_logprobs=1)
+        with pytest.raises(isolation.SamplerCrash, match="killed by signal SIGSEGV") as info:
+            seg(crashing)
+        assert info.value.batch is crashing and not isinstance(info.value, Exception)
+        assert seg(_batch(2)).sampled.shape == (2, 2)  # the next call started a fresh child
+    finally:
+        seg.close()
+    per_call = isolation.load("examples.torch_sampler:TorchSampler", "call", device_name="cpu")
+    try:
+        first = per_call._proc.pid
+        per_call(_batch(1))
+        assert per_call._proc is None  # stopped after the call
+        per_call(_batch(1))
+        assert per_call._proc is None and first is not None
+    finally:
+        per_call.close()
+
+
+def test_a_message_without_the_first_offending_index_fails(monkeypatch):
+    """Names the right field first, but always index 0: an element-wise defect elsewhere fails."""
+    from rs_verify import validate
+
+    class FieldOnly:
+        name = "field-only"
+
+        def __call__(self, batch, *, max_chunk_logits=None):
+            try:
+                validate(batch)
+            except ValueError as exc:
+                raise ValueError(str(exc).split("[")[0].split(":")[0] + "[0]: invalid") from None
+            raise AssertionError("only bad batches are sent here")
+
+    monkeypatch.setenv(SHRINK_ENV, "1")
+    res = runner.run(PROPERTIES["rejects_bad_input"], runner.make_context(FieldOnly(), profile="ci", device="cpu"))
+    assert res.status == "failed" and "does not name the first offending index" in res.message, res.message

@@ -175,7 +175,7 @@ def _reseed(seed: int):
 
 
 def _cuda_rng(torch):
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch is not None and torch.cuda.is_initialized():
         return torch.cuda.get_rng_state_all()
     return None
 
@@ -199,7 +199,7 @@ def _restore(saved) -> None:
 def _cuda_torch():
     """torch, when this process has initialised CUDA (never imports torch)."""
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch is not None and torch.cuda.is_initialized():  # a flag: cheap on every call
         return torch
     return None
 
