@@ -95,7 +95,7 @@ WHY_KEPT = {
                     "them, so the TINY clamp and the accurate log(1 - v) are guarded here alone.",
     "tiny_temperatures": "The strategies draw T >= 0.05: temperatures in (0, 1e-5] are only checked here.",
     "determinism": "Gates atomics, races, uninitialised memory and hidden global random state.",
-    "determinism_large_batch": "Races between programs and uninitialised memory show on grids far larger than the "
+    "determinism_large_batch": "Races between programs and uninitialised memory show on grids larger than the "
                                "strategies draw; the only property that repeats one large batch.",
     "greedy_chain": "Greedy requests are compared with the exact argmax chain, independent of the reference and "
                     "of any tolerance.",
