@@ -72,7 +72,7 @@ def test_torch_sampler_passes_the_library(gate):
     # which are not passes of the sampler.
     result.stdout.fnmatch_lines(["*rs-verify: properties not run on this sampler*",
                                  "rs-verify::chunked_equals_full: the sampler does not support internal chunking*"])
-    result.stdout.fnmatch_lines(["*rs-verify: passes that are not the sampler's own*",
+    result.stdout.fnmatch_lines(["*rs-verify: self-checks and self-reported figures*",
                                  "rs-verify::planner: a self-check of the suite; it does not call the sampler"])
 
 
@@ -118,7 +118,7 @@ def test_buffer_within_cap_says_it_trusts_the_sampler(gate):
                                        "--rs-device", "cpu", "-k", "buffer_within_cap", "-p", "no:cacheprovider",
                                        "-q", "--rs-isolate", "off")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*rs-verify: passes that are not the sampler's own*",
+    result.stdout.fnmatch_lines(["*rs-verify: self-checks and self-reported figures*",
                                  "rs-verify::buffer_within_cap: relies on the sampler's self-reported extras*"])
 
 

@@ -8,8 +8,12 @@ With `--rs-sampler=module:attribute` (or `--rs-gate` for the built-in Triton sam
 plugin adds one test item per registered property, `rs-verify::<property>`, in registry
 order (deterministic, so pytest-xdist can distribute them, also across hosts). Each item
 runs `rs_verify.engine.runner` for that property and skips, with the runner's reason, properties
-the sampler cannot take (internal chunking, SPEC streams, ...). A failing item writes a
-failure bundle (`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`. Without
+the sampler cannot take (internal chunking, SPEC streams, ...). The sampler runs in a child
+process per property (`--rs-isolate`, `rs_verify.engine.isolation`): a crash or a hang fails
+that item, with the batch, and the session goes on. A failing item writes a failure bundle
+(`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`; the terminal summary lists the
+bundles, the skipped properties with their reasons, the suite's self-checks (which never call
+the sampler) and the passes that rest on the sampler's self-reported figures. Without
 `--rs-sampler` / `--rs-gate` the plugin adds nothing and only registers its markers
 (`gpu`, `slow`, `interpreter`, `rs_verify`) and options.
 """
@@ -347,7 +351,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     trusted = [(r.nodeid, _properties(r)[SELF_REPORTED_PROPERTY]) for r in passed
                if _properties(r).get(SELF_REPORTED_PROPERTY)]
     if checks or trusted:
-        terminalreporter.section("rs-verify: passes that are not the sampler's own")
+        terminalreporter.section("rs-verify: self-checks and self-reported figures")
         for nodeid in checks:
             terminalreporter.write_line(f"{nodeid}: a self-check of the suite; it does not call the sampler")
         for nodeid, what in trusted:
