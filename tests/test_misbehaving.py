@@ -220,3 +220,37 @@ def test_a_message_without_the_first_offending_index_fails(monkeypatch):
     monkeypatch.setenv(SHRINK_ENV, "1")
     res = runner.run(PROPERTIES["rejects_bad_input"], runner.make_context(FieldOnly(), profile="ci", device="cpu"))
     assert res.status == "failed" and "does not name the first offending index" in res.message, res.message
+
+
+def test_a_device_fault_surfaced_after_the_call_fails_that_call(monkeypatch):
+    """On CUDA the device is synchronised after every call: an asynchronous fault is raised there."""
+    from types import SimpleNamespace
+
+    def synchronize():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    cuda = SimpleNamespace(synchronize=synchronize, reset_peak_memory_stats=lambda: None,
+                           memory_allocated=lambda: 0, max_memory_allocated=lambda: 0)
+    monkeypatch.setattr(guards, "_cuda_torch", lambda: SimpleNamespace(cuda=cuda))
+    with pytest.raises(guards.DeviceFault, match="illegal memory access"):
+        guards.local_call(lambda batch: "an output", _batch(1), {})
+
+
+def test_a_value_error_after_kernel_launches_is_no_refusal(monkeypatch):
+    """Compiled Triton launches are counted through Triton's launch hook (not under the interpreter)."""
+    triton = pytest.importorskip("triton")
+    from rs_verify.properties.bad_input import _check_rejected
+
+    monkeypatch.setattr(guards.device, "interpreted", lambda: False)
+
+    def sampler(batch):
+        triton.knobs.runtime.launch_enter_hook(None)  # what a compiled kernel launch calls
+        raise ValueError("pos[3]: negative position -5")
+
+    bad = _batch(3).replace(pos=np.array([0, 1, 2, -5, 4, 5], np.int64))
+    with pytest.raises(ValueError) as info:
+        guards.local_call(sampler, bad, {})
+    assert info.value.call_report.triton_launches == 1
+    with pytest.raises(PropertyFailure, match="after 1 Triton kernel launches"):
+        _check_rejected(sampler, bad, "pos")
+    assert not triton.knobs.runtime.launch_enter_hook.calls  # the hook was removed again

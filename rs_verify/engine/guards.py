@@ -75,23 +75,22 @@ def observed_call(sampler, batch: SpecBatch, kwargs: dict | None = None, *, rese
 def local_call(sampler, batch: SpecBatch, kwargs: dict, *, reseed: int | None = None):
     """`observed_call` in this process (the child of an isolated sampler runs this)."""
     before = snapshot(batch)
-    torch = _cuda_torch()
     launches = _LaunchCounter()
     report = CallReport()
-    base = _cuda_begin(torch)
+    base = _cuda_begin(_cuda_torch())
     saved = _reseed(reseed) if reseed is not None else None
     start = time.perf_counter()
     try:
         with launches:
             out = sampler(batch, **kwargs)
-    except BaseException as exc:
+    except Exception as exc:
         report.seconds, report.triton_launches = time.perf_counter() - start, launches.count
         _restore(saved)
         changed = modified(batch, before)
         if changed:
             raise InputModified(f"sampler modified {changed} in place, then raised {type(exc).__name__}: "
                                 f"{_short(exc)}") from exc
-        fault = _cuda_fault(torch)
+        fault = _cuda_fault(_cuda_torch())
         if fault is not None:
             raise DeviceFault(f"{fault} (surfaced after the sampler raised {type(exc).__name__}: {_short(exc)})") from exc
         try:
@@ -99,11 +98,15 @@ def local_call(sampler, batch: SpecBatch, kwargs: dict, *, reseed: int | None = 
         except AttributeError:  # an exception type with __slots__
             pass
         raise
+    except BaseException:  # KeyboardInterrupt and the like: only the global generators are put back
+        _restore(saved)
+        raise
     report.seconds, report.triton_launches = time.perf_counter() - start, launches.count
     _restore(saved)
     changed = modified(batch, before)
     if changed:
         raise InputModified(f"sampler modified {changed} in place")
+    torch = _cuda_torch()  # the call may have been the first to use CUDA in this process
     fault = _cuda_fault(torch)
     if fault is not None:
         raise DeviceFault(f"{fault} (surfaced when the device was synchronised after the call)")
@@ -204,9 +207,11 @@ def _cuda_torch():
     return None
 
 
-def _cuda_begin(torch):
+def _cuda_begin(torch) -> int | None:
+    """Allocated CUDA memory before the call (0 when CUDA is not initialised yet: a fresh context's
+    statistics start at zero)."""
     if torch is None:
-        return None
+        return 0
     try:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -225,7 +230,7 @@ def _cuda_fault(torch) -> str | None:
     return None
 
 
-def _cuda_peak(torch, base) -> int | None:
+def _cuda_peak(torch, base: int | None) -> int | None:
     if torch is None or base is None:
         return None
     return int(torch.cuda.max_memory_allocated() - base)
