@@ -254,3 +254,14 @@ def test_a_value_error_after_kernel_launches_is_no_refusal(monkeypatch):
     with pytest.raises(PropertyFailure, match="after 1 Triton kernel launches"):
         _check_rejected(sampler, bad, "pos")
     assert not triton.knobs.runtime.launch_enter_hook.calls  # the hook was removed again
+
+
+def test_after_a_hang_later_calls_wait_less():
+    """A sampler that hangs on every call must not cost the full timeout in every property."""
+    child = isolation.ChildSampler("examples.misbehaving:HangingSampler", timeout=300, declared={})
+    assert child.call_limit() == 300
+    child._history.update(hung=True, longest=0.2)
+    assert child.call_limit() == isolation.AFTER_HANG_FLOOR
+    child._history.update(longest=12.0)
+    assert child.call_limit() == isolation.AFTER_HANG_FACTOR * 12.0
+    assert child.sibling().call_limit() == child.call_limit()  # shared by the session's children

@@ -25,6 +25,7 @@ import contextlib
 import multiprocessing as mp
 import signal
 import sys
+import time
 import traceback
 
 from . import device, guards
@@ -34,10 +35,16 @@ DECLARED = ("name", "supports_chunking", "streams", "interpreted", "memory_stats
             "draft_modes", "logits_dtypes", "min_spec_steps")
 LEVELS = ("property", "call", "off")
 DEFAULT_LEVEL = "property"
-# Seconds per call. The slowest call of the ci and dev profiles through the Triton interpreter
-# takes a few seconds (a distribution campaign of an in-process torch sampler ~10 s); 300 s leaves
-# ample room and still ends a hang, with the child's start, well within 10 minutes.
+# Seconds per call. The slowest calls of the CPU profiles take seconds (a large batch through the
+# Triton interpreter; a 200,000-request distribution campaign of the example torch sampler, 3 s;
+# 2,000,000 at the nightly profile, ~30 s); 300 s leaves ample room and ends a hang, with the
+# child's start, well within 10 minutes.
 DEFAULT_TIMEOUT = 300.0
+# Once a call of a sampler has timed out, later calls of it (other properties, same session) wait
+# at most this many times its longest answered call, and at least AFTER_HANG_FLOOR seconds: a
+# sampler that hangs on every call still ends a whole gate of 19 properties in about 8 minutes.
+AFTER_HANG_FACTOR = 10.0
+AFTER_HANG_FLOOR = 10.0
 
 
 class SamplerDied(BaseException):
@@ -141,10 +148,12 @@ class ChildSampler:
 
     def __init__(self, spec: str, *, sys_path: list[str] | None = None, device_name: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, unvalidated: bool = False, start_timeout: float = 300.0,
-                 fresh_per_call: bool = False, declared: dict | None = None):
+                 fresh_per_call: bool = False, declared: dict | None = None, history: dict | None = None):
         self.spec = spec
         self._args = (spec, list(sys_path or []), device_name, unvalidated)
         self.timeout = timeout
+        # Shared by siblings: the longest answered call and whether a call timed out (call_limit).
+        self._history = history if history is not None else {"longest": 0.0, "hung": False}
         self.start_timeout = start_timeout
         self.fresh_per_call = fresh_per_call
         self._proc = self._conn = None
@@ -206,6 +215,7 @@ class ChildSampler:
         spec, sys_path, device_name, unvalidated = self._args
         other = ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout,
                              unvalidated=unvalidated, start_timeout=self.start_timeout, declared=self._declared,
+                             history=self._history,
                              fresh_per_call=self.fresh_per_call if fresh_per_call is None else fresh_per_call)
         if self._unused and self._proc is not None and self._proc.is_alive():
             other._proc, other._conn, self._proc, self._conn = self._proc, self._conn, None, None
@@ -218,6 +228,7 @@ class ChildSampler:
             spec, sys_path, device_name, _ = self._args
             self._unvalidated_child = ChildSampler(
                 spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout, unvalidated=True,
+                history=self._history,
                 start_timeout=self.start_timeout, fresh_per_call=self.fresh_per_call,
                 declared={k: v for k, v in self._declared.items() if k != "has_unvalidated"})
         return self._unvalidated_child
@@ -237,12 +248,27 @@ class ChildSampler:
             self._stop()
             raise SamplerCrash(f"the sampler's process {_death(code)} before the call", batch=batch,
                                kwargs=kwargs) from None
-        status, payload = self._receive(self.timeout, what, batch, kwargs)
+        limit, sent = self.call_limit(), time.monotonic()
+        if limit < self.timeout:
+            what += (f"; the limit of {self.timeout:g} s was shortened after an earlier call of this sampler hung "
+                     "(--rs-timeout / --timeout)")
+        try:
+            status, payload = self._receive(limit, what, batch, kwargs)
+        except SamplerTimeout:
+            self._history["hung"] = True
+            raise
+        self._history["longest"] = max(self._history["longest"], time.monotonic() - sent)
         if self.fresh_per_call or (status == "error" and payload[0] == "device"):
             self._stop()
         if status == "error":
             _raise_child_error(payload)
         return payload
+
+    def call_limit(self) -> float:
+        """Seconds the next call may take: the timeout, shortened once a call of this sampler hung."""
+        if not self._history["hung"]:
+            return self.timeout
+        return min(self.timeout, max(AFTER_HANG_FLOOR, AFTER_HANG_FACTOR * self._history["longest"]))
 
     def __call__(self, batch, **kwargs):
         return self.observed_call(batch, kwargs)[0]
