@@ -259,9 +259,9 @@ def test_a_value_error_after_kernel_launches_is_no_refusal(monkeypatch):
 def test_after_a_hang_later_calls_wait_less():
     """A sampler that hangs on every call must not cost the full timeout in every property."""
     child = isolation.ChildSampler("examples.misbehaving:HangingSampler", timeout=300, declared={})
-    assert child.call_limit() == 300
-    child._history.update(hung=True, longest=0.2)
-    assert child.call_limit() == isolation.AFTER_HANG_FLOOR
-    child._history.update(longest=12.0)
+    other = child.sibling()  # another property's child in the same session
+    assert child.call_limit() == other.call_limit() == 300
+    child._history["hung"] = True  # what a timed-out call records
+    child._longest = 12.0
     assert child.call_limit() == isolation.AFTER_HANG_FACTOR * 12.0
-    assert child.sibling().call_limit() == child.call_limit()  # shared by the session's children
+    assert other.call_limit() == isolation.AFTER_HANG_FLOOR  # it has answered no call yet

@@ -36,13 +36,14 @@ DECLARED = ("name", "supports_chunking", "streams", "interpreted", "memory_stats
 LEVELS = ("property", "call", "off")
 DEFAULT_LEVEL = "property"
 # Seconds per call. The slowest calls of the CPU profiles take seconds (a large batch through the
-# Triton interpreter; a 200,000-request distribution campaign of the example torch sampler, 3 s;
-# 2,000,000 at the nightly profile, ~30 s); 300 s leaves ample room and ends a hang, with the
-# child's start, well within 10 minutes.
-DEFAULT_TIMEOUT = 300.0
+# Triton interpreter, ~6 s with 16-wide vocabulary blocks; a 200,000-request distribution campaign
+# of the example torch sampler, 3 s; 2,000,000 requests at the nightly profile, ~30 s): 120 s
+# leaves ample room, and a hang fails its property, with the child's start, within about 2 minutes.
+DEFAULT_TIMEOUT = 120.0
 # Once a call of a sampler has timed out, later calls of it (other properties, same session) wait
-# at most this many times its longest answered call, and at least AFTER_HANG_FLOOR seconds: a
-# sampler that hangs on every call still ends a whole gate of 19 properties in about 8 minutes.
+# at most this many times the longest answered call of their own child, and at least
+# AFTER_HANG_FLOOR seconds: a sampler that hangs on every call still ends a whole gate of 19
+# properties within minutes, not 19 timeouts.
 AFTER_HANG_FACTOR = 10.0
 AFTER_HANG_FLOOR = 10.0
 
@@ -152,8 +153,9 @@ class ChildSampler:
         self.spec = spec
         self._args = (spec, list(sys_path or []), device_name, unvalidated)
         self.timeout = timeout
-        # Shared by siblings: the longest answered call and whether a call timed out (call_limit).
-        self._history = history if history is not None else {"longest": 0.0, "hung": False}
+        # Shared by siblings: whether a call of this sampler timed out (see call_limit).
+        self._history = history if history is not None else {"hung": False}
+        self._longest = 0.0  # the longest answered call of this child
         self.start_timeout = start_timeout
         self.fresh_per_call = fresh_per_call
         self._proc = self._conn = None
@@ -257,7 +259,7 @@ class ChildSampler:
         except SamplerTimeout:
             self._history["hung"] = True
             raise
-        self._history["longest"] = max(self._history["longest"], time.monotonic() - sent)
+        self._longest = max(self._longest, time.monotonic() - sent)
         if self.fresh_per_call or (status == "error" and payload[0] == "device"):
             self._stop()
         if status == "error":
@@ -268,7 +270,7 @@ class ChildSampler:
         """Seconds the next call may take: the timeout, shortened once a call of this sampler hung."""
         if not self._history["hung"]:
             return self.timeout
-        return min(self.timeout, max(AFTER_HANG_FLOOR, AFTER_HANG_FACTOR * self._history["longest"]))
+        return min(self.timeout, max(AFTER_HANG_FLOOR, AFTER_HANG_FACTOR * self._longest))
 
     def __call__(self, batch, **kwargs):
         return self.observed_call(batch, kwargs)[0]
