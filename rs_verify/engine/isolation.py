@@ -188,7 +188,7 @@ class ChildSampler:
             ready = True
         if not ready:
             self._stop()
-            raise SamplerTimeout(f"the sampler did not return within {timeout:g} s ({what}); its process was killed",
+            raise SamplerTimeout(f"the sampler did not return within {timeout:.4g} s ({what}); its process was killed",
                                  batch=batch, kwargs=kwargs)
         try:
             return self._conn.recv()
