@@ -68,6 +68,12 @@ def test_torch_sampler_passes_the_library(gate):
     assert outcomes.get("failed", 0) == 0 and outcomes.get("errors", 0) == 0, result.stdout.str()
     assert outcomes.get("passed", 0) >= 7 and outcomes.get("skipped", 0) >= 1
     result.stdout.fnmatch_lines(["*chunked_equals_full: the sampler does not support internal chunking*"])
+    # The plugin's own summary: skip reasons (shown under -q too) and the suite's self-checks,
+    # which are not passes of the sampler.
+    result.stdout.fnmatch_lines(["*rs-verify: properties not run on this sampler*",
+                                 "rs-verify::chunked_equals_full: the sampler does not support internal chunking*"])
+    result.stdout.fnmatch_lines(["*rs-verify: self-checks and self-reported figures*",
+                                 "rs-verify::planner: a self-check of the suite; it does not call the sampler"])
 
 
 def test_broken_sampler_fails_and_its_bundle_replays(gate, tmp_path):
@@ -96,6 +102,24 @@ def test_broken_sampler_fails_and_its_bundle_replays(gate, tmp_path):
     fixed = replay("--sampler", TORCH)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "PASSES" in fixed.stdout
+
+
+def test_buffer_within_cap_says_it_trusts_the_sampler(gate):
+    """A pass resting on the sampler's own figure (extras["max_buffer_rows"]) says so in the summary."""
+    gate.makepyfile(instrumented=(
+        "from reference import ReferenceSampler\n\n"
+        "class Instrumented(ReferenceSampler):\n"
+        "    memory_stats = True\n\n"
+        "    def __call__(self, batch, *, max_chunk_logits=None):\n"
+        "        out = super().__call__(batch, max_chunk_logits=max_chunk_logits)\n"
+        "        out.extras['max_buffer_rows'] = 0  # claimed, not measured\n"
+        "        return out\n"))
+    result = gate.runpytest_subprocess("-p", "rs_verify", "--rs-sampler=instrumented:Instrumented", "--rs-profile", "ci",
+                                       "--rs-device", "cpu", "-k", "buffer_within_cap", "-p", "no:cacheprovider",
+                                       "-q", "--rs-isolate", "off")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*rs-verify: self-checks and self-reported figures*",
+                                 "rs-verify::buffer_within_cap: relies on the sampler's self-reported extras*"])
 
 
 def test_sampler_that_cannot_load_fails_cleanly(gate):

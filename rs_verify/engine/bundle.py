@@ -61,6 +61,7 @@ class Bundle:
     drawn: Any
     meta: dict = field(repr=False)
     path: str | None = None
+    kind: str | None = None  # the failure kind (records.PROPERTY, ERROR, CRASH, TIMEOUT); None in older bundles
 
     def replay_command(self) -> str:
         return replay_command(self.path or "<bundle>")
@@ -211,6 +212,7 @@ def save(directory, failure: Failure, *, reference_spec: str | None = None, opti
         "options": dict(options or {}),
         "versions": versions(),
         "message": message,
+        "kind": failure.kind,
         "batch_summary": batch.summary() if batch is not None else None,
         "drawn": drawn_tree,
         "batch": batch_tree,
@@ -284,4 +286,4 @@ def load(path) -> Bundle:
         raise BundleError(f"{path}: options must be a mapping")
     return Bundle(property=str(meta["property"]), sampler=str(meta["sampler"]), reference=meta.get("reference"),
                   options=meta["options"], versions=meta["versions"], message=meta.get("message", ""),
-                  batch=batch, drawn=drawn, meta=meta, path=str(path))
+                  batch=batch, drawn=drawn, meta=meta, path=str(path), kind=meta.get("kind"))

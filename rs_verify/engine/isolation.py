@@ -1,11 +1,18 @@
-"""A sampler in a child process: a crash or a hang of the sampler becomes an ordinary exception.
+"""A sampler in a child process: a crash or a hang of the sampler becomes an ordinary failure.
 
 `ChildSampler(spec)` loads the sampler named by `spec` (`module:attribute` or a built-in name)
 in a spawned child process and forwards every call to it over a `multiprocessing` pipe. The
-parent keeps the batch it sent, so when the child dies (a segfault, an abort, a CUDA fatal
-error) or does not answer within `timeout` seconds, the call raises `SamplerCrash` or
-`SamplerTimeout` with the signal or the limit in the message, and the caller still holds the
-input that caused it. The next call starts a fresh child.
+child runs each call under `guards.local_call` (input integrity, reseeded global generators,
+device faults: checks that must run where the sampler runs). The parent keeps the batch it
+sent, so when the child dies (a segfault, an abort, a CUDA fatal error) or does not answer
+within `timeout` seconds, the call raises `SamplerCrash` or `SamplerTimeout` with the signal or
+the limit in the message and the batch attached. The next call starts a fresh child; so does
+the call after a device fault (a CUDA context that saw an illegal address is unusable).
+
+Levels (`LEVELS`, the front ends' `--rs-isolate` / `--isolate`): `property` runs the calls of one
+property's examples in one child (`for_property` makes a fresh one per property, started on its
+first call, so skipped properties cost nothing); `call` starts a fresh child for every call;
+`off` loads the sampler in the test process (for debugging: a crash ends the session).
 
 The child makes the suite's backend choice (`device.resolve`) before it loads the sampler, and
 puts `sys_path` first on its import path (a baseline revision's worktree, say), so that two
@@ -14,25 +21,64 @@ versions of one package can run side by side in two children.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import signal
 import sys
+import time
 import traceback
 
-from . import device
+from . import device, guards
 from .samplers import load_sampler
 
 DECLARED = ("name", "supports_chunking", "streams", "interpreted", "memory_stats", "supports_logprobs",
             "draft_modes", "logits_dtypes", "min_spec_steps")
-DEFAULT_TIMEOUT = 600.0  # seconds per call: the Triton interpreter takes seconds on a large batch
+LEVELS = ("property", "call", "off")
+DEFAULT_LEVEL = "property"
+# Seconds per call. The slowest calls of the CPU profiles take seconds (a large batch through the
+# Triton interpreter, ~6 s with 16-wide vocabulary blocks; a 200,000-request distribution campaign
+# of the example torch sampler, 3 s; 2,000,000 requests at the nightly profile, ~30 s): 120 s
+# leaves ample room, and a hang fails its property, with the child's start, within about 2 minutes.
+DEFAULT_TIMEOUT = 120.0
+# Once a call of a sampler has timed out, later calls of it (other properties, same session) wait
+# at most this many times the longest answered call of their own child, and at least
+# AFTER_HANG_FLOOR seconds: a sampler that hangs on every call still ends a whole gate of 19
+# properties within minutes, not 19 timeouts.
+AFTER_HANG_FACTOR = 10.0
+AFTER_HANG_FLOOR = 10.0
 
 
-class SamplerCrash(RuntimeError):
+class SamplerDied(BaseException):
+    """A call ended without an answer from the sampler's process; `batch` and `kwargs` are the call's.
+
+    A `BaseException`, like `KeyboardInterrupt`: no property's `except Exception` can mistake a
+    dead process for the sampler's answer (a refusal, say), and Hypothesis neither shrinks nor
+    replays through it (each try would cost a new process, or a whole timeout). The runner
+    records it as a failure with this batch.
+    """
+
+    kind = "crash"
+
+    def __init__(self, message: str, *, batch=None, kwargs: dict | None = None):
+        super().__init__(message)
+        self.batch = batch
+        self.kwargs = dict(kwargs or {})
+
+
+class SamplerCrash(SamplerDied):
     """The sampler's process died during a call (the message names the signal or exit code)."""
 
+    kind = "crash"
 
-class SamplerTimeout(RuntimeError):
+
+class SamplerTimeout(SamplerDied):
     """A call did not return within the time limit (the child was killed)."""
+
+    kind = "timeout"
+
+
+class ChildError(RuntimeError):
+    """An exception raised inside the child, re-raised here with the child's traceback."""
 
 
 def _child(conn, spec: str, sys_path: list[str], requested_device: str | None, unvalidated: bool) -> None:
@@ -50,13 +96,24 @@ def _child(conn, spec: str, sys_path: list[str], requested_device: str | None, u
         return
     while True:
         try:
-            batch, kwargs = conn.recv()
+            batch, kwargs, reseed = conn.recv()
         except EOFError:
             return
+        batch = batch.replace()  # read-only views again: unpickled arrays are writable
         try:
-            conn.send(("ok", sampler(batch, **kwargs)))
+            conn.send(("ok", guards.local_call(sampler, batch, kwargs, reseed=reseed)))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
+            conn.send(("error", _payload(exc)))
+
+
+def _payload(exc: BaseException) -> tuple:
+    for kind, cls in (("modified", guards.InputModified), ("device", guards.DeviceFault), ("value", ValueError)):
+        if isinstance(exc, cls):
+            break
+    else:
+        kind = "other"
+    tb = "".join(traceback.format_exception(exc))
+    return kind, type(exc).__name__, str(exc), tb, getattr(exc, "call_report", None)
 
 
 def _death(exitcode: int | None) -> str:
@@ -68,57 +125,79 @@ def _death(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
-class ChildError(RuntimeError):
-    """An exception raised inside the child, re-raised here with the child's traceback."""
-
-
 def _raise_child_error(payload) -> None:
-    name, text, tb = payload
-    if name == "ValueError":  # keeps its meaning: a validation refusal (SPEC section 9)
-        raise ValueError(text)
-    raise ChildError(f"{name}: {text}\n--- traceback in the sampler's process ---\n{tb}")
+    kind, name, text, tb, report = payload
+    if kind == "modified":
+        raise guards.InputModified(text)
+    if kind == "value":  # keeps its meaning: a validation refusal (SPEC section 9)
+        exc = ValueError(text)
+        exc.call_report = report
+        raise exc
+    cls = guards.DeviceFault if kind == "device" else ChildError
+    exc = cls(f"{name}: {text}\n--- traceback in the sampler's process ---\n{tb}")
+    exc.call_report = report
+    raise exc
 
 
 class ChildSampler:
-    """A sampler loaded by `spec` in a child process (see the module docstring)."""
+    """A sampler loaded by `spec` in a child process (see the module docstring).
+
+    Constructed without `declared`, it starts its child at once (a sampler that cannot be
+    loaded raises `ValueError` here) and reads the sampler's declarations; `sibling()` makes
+    a copy with the same declarations whose child starts on its first call.
+    """
 
     def __init__(self, spec: str, *, sys_path: list[str] | None = None, device_name: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, unvalidated: bool = False, start_timeout: float = 300.0):
+                 timeout: float = DEFAULT_TIMEOUT, unvalidated: bool = False, start_timeout: float = 300.0,
+                 fresh_per_call: bool = False, declared: dict | None = None, history: dict | None = None):
         self.spec = spec
         self._args = (spec, list(sys_path or []), device_name, unvalidated)
         self.timeout = timeout
+        # Shared by siblings: whether a call of this sampler timed out (see call_limit).
+        self._history = history if history is not None else {"hung": False}
+        self._longest = 0.0  # the longest answered call of this child
         self.start_timeout = start_timeout
+        self.fresh_per_call = fresh_per_call
         self._proc = self._conn = None
-        self._declared = self._start()
+        self._unvalidated_child = None
+        self._declared = declared if declared is not None else self._start()
+        self._unused = declared is None  # a child started only to read the declarations: a sibling adopts it
 
-    def _start(self) -> dict:
+    def _start(self, batch=None, kwargs=None) -> dict:
+        """Start the child; with `batch` (a start on the first call), a load error is a crash of that call."""
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child, args=(child, *self._args), daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
-        status, payload = self._receive(self.start_timeout, "loading the sampler")
+        status, payload = self._receive(self.start_timeout, "loading the sampler", batch, kwargs)
         if status == "error":
             name, text, _tb = payload
-            raise ValueError(f"sampler {self.spec!r} cannot be loaded in a child process: {name}: {text}")
+            self._stop()
+            message = f"sampler {self.spec!r} cannot be loaded in a child process: {name}: {text}"
+            if batch is not None:  # never a ValueError here: a property would read it as a refusal
+                raise SamplerCrash(message, batch=batch, kwargs=kwargs)
+            raise ValueError(message)
         return payload
 
-    def _receive(self, timeout: float, what: str):
+    def _receive(self, timeout: float, what: str, batch=None, kwargs=None):
         try:
             ready = self._conn.poll(timeout)
         except (EOFError, OSError):
             ready = True
         if not ready:
-            self.close()
-            raise SamplerTimeout(f"the sampler did not return within {timeout:g} s ({what}); its process was killed")
+            self._stop()
+            raise SamplerTimeout(f"the sampler did not return within {timeout:.4g} s ({what}); its process was killed",
+                                 batch=batch, kwargs=kwargs)
         try:
             return self._conn.recv()
         except (EOFError, OSError):
             self._proc.join(5)
             code = self._proc.exitcode
-            self.close()
-            raise SamplerCrash(f"the sampler's process {_death(code)} while {what}") from None
+            self._stop()
+            raise SamplerCrash(f"the sampler's process {_death(code)} while {what}", batch=batch,
+                               kwargs=kwargs) from None
 
     def __getattr__(self, name):
         declared = self.__dict__.get("_declared") or {}
@@ -132,26 +211,78 @@ class ChildSampler:
     def name(self) -> str:
         return str(self._declared.get("name", self.spec))
 
-    def _unvalidated(self):
-        spec, sys_path, device_name, _ = self._args
-        return ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout, unvalidated=True)
+    def sibling(self, *, fresh_per_call: bool | None = None) -> "ChildSampler":
+        """The same sampler in a child of its own, started on its first call (or this one's child,
+        when it was started only to read the declarations and never called: one start saved)."""
+        spec, sys_path, device_name, unvalidated = self._args
+        other = ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout,
+                             unvalidated=unvalidated, start_timeout=self.start_timeout, declared=self._declared,
+                             history=self._history,
+                             fresh_per_call=self.fresh_per_call if fresh_per_call is None else fresh_per_call)
+        if self._unused and self._proc is not None and self._proc.is_alive():
+            other._proc, other._conn, self._proc, self._conn = self._proc, self._conn, None, None
+        self._unused = False
+        return other
 
-    def __call__(self, batch, **kwargs):
+    def _unvalidated(self) -> "ChildSampler":
+        # One child for the unvalidated variant per ChildSampler (closed with it), not one per call.
+        if self._unvalidated_child is None:
+            spec, sys_path, device_name, _ = self._args
+            self._unvalidated_child = ChildSampler(
+                spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout, unvalidated=True,
+                history=self._history,
+                start_timeout=self.start_timeout, fresh_per_call=self.fresh_per_call,
+                declared={k: v for k, v in self._declared.items() if k != "has_unvalidated"})
+        return self._unvalidated_child
+
+    def observed_call(self, batch, kwargs: dict, *, reseed: int | None = None):
+        """`guards.observed_call` run in the child: `(output, CallReport)`."""
+        self._unused = False
         if self._proc is None or not self._proc.is_alive():
-            self._declared = self._start()
+            self._stop()
+            self._start(batch, kwargs)
+        what = f"verifying a batch ({batch.summary()}{''.join(f', {k}={v!r}' for k, v in kwargs.items())})"
         try:
-            self._conn.send((batch, kwargs))
+            self._conn.send((batch, kwargs, reseed))
         except (BrokenPipeError, OSError):
             self._proc.join(5)
             code = self._proc.exitcode
-            self.close()
-            raise SamplerCrash(f"the sampler's process {_death(code)} before the call") from None
-        status, payload = self._receive(self.timeout, f"verifying a batch ({batch.summary()})")
+            self._stop()
+            raise SamplerCrash(f"the sampler's process {_death(code)} before the call", batch=batch,
+                               kwargs=kwargs) from None
+        limit, sent = self.call_limit(), time.monotonic()
+        if limit < self.timeout:
+            what += (f"; the limit of {self.timeout:g} s was shortened after an earlier call of this sampler hung "
+                     "(--rs-timeout / --timeout)")
+        try:
+            status, payload = self._receive(limit, what, batch, kwargs)
+        except SamplerTimeout:
+            self._history["hung"] = True
+            raise
+        self._longest = max(self._longest, time.monotonic() - sent)
+        if self.fresh_per_call or (status == "error" and payload[0] == "device"):
+            self._stop()
         if status == "error":
             _raise_child_error(payload)
         return payload
 
+    def call_limit(self) -> float:
+        """Seconds the next call may take: the timeout, shortened once a call of this sampler hung."""
+        if not self._history["hung"]:
+            return self.timeout
+        return min(self.timeout, max(AFTER_HANG_FLOOR, AFTER_HANG_FACTOR * self._longest))
+
+    def __call__(self, batch, **kwargs):
+        return self.observed_call(batch, kwargs)[0]
+
     def close(self) -> None:
+        """Stop the child (and the unvalidated variant's child); a later call starts a fresh one."""
+        if self._unvalidated_child is not None:
+            self._unvalidated_child.close()
+            self._unvalidated_child = None
+        self._stop()
+
+    def _stop(self) -> None:
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
@@ -164,3 +295,29 @@ class ChildSampler:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def load(spec: str, level: str = DEFAULT_LEVEL, *, timeout: float = DEFAULT_TIMEOUT, device_name: str | None = None,
+         sys_path: list[str] | None = None):
+    """The sampler named by `spec` at isolation `level`: a `ChildSampler` (loaded once to read its
+    declarations; `for_property` gives each property a child of its own, the first one adopting
+    this child) or, for `off`, the sampler itself loaded in this process."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown isolation level {level!r}; expected one of {LEVELS}")
+    if level == "off":
+        return load_sampler(spec)
+    return ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=timeout,
+                        fresh_per_call=level == "call")
+
+
+@contextlib.contextmanager
+def for_property(sampler):
+    """The sampler one property runs against: a fresh child (closed afterwards) for a ChildSampler."""
+    if not isinstance(sampler, ChildSampler):
+        yield sampler
+        return
+    child = sampler.sibling()
+    try:
+        yield child
+    finally:
+        child.close()

@@ -42,8 +42,10 @@ BATCH_KWARGS = {
 
 
 # Wall-clock budget for shrinking one failure, after which the smallest failing example found
-# so far is reported (see rs_verify.engine.runner.hypothesis_test).
+# so far is reported (see rs_verify.engine.runner.hypothesis_test). `RS_VERIFY_SHRINK_SECONDS`
+# overrides it for every profile (a CI job that only needs the verdict, say).
 SHRINK_SECONDS = {"dev": 60, "ci": 45, "gpu": 120, "nightly": 600}
+SHRINK_ENV = "RS_VERIFY_SHRINK_SECONDS"
 
 
 def batch_kwargs(name: str) -> dict:
@@ -52,6 +54,12 @@ def batch_kwargs(name: str) -> dict:
 
 
 def shrink_seconds(name: str) -> float:
+    override = os.environ.get(SHRINK_ENV)
+    if override:
+        try:
+            return float(override)
+        except ValueError:
+            raise ValueError(f"{SHRINK_ENV}={override!r} is not a number of seconds") from None
     return SHRINK_SECONDS.get(name, SHRINK_SECONDS["dev"])
 
 

@@ -5,6 +5,10 @@ reference only when the property needs one, its profile and device, each overrid
 `replay()` runs the check. The CLI's `rs-verify replay`, the reproducer snippets in failure
 messages and bundles all come through here, so one failing input always replays under one
 context. The snippets are short: a bundle's loads the batch from the bundle file.
+
+`isolate` (`rs_verify.engine.isolation.LEVELS`) runs the sampler in a child process, so that
+replaying a crash or a hang raises `SamplerCrash` / `SamplerTimeout` instead of ending the
+replaying process; the CLI's replay isolates by default, the Python helpers do not.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import numpy as np
 from ..properties.registry import PROPERTIES, Context, Property
 from ..spec.batch import ARRAY_FIELDS, SpecBatch
 from . import bundle as bundles
+from . import isolation
 from .baseline import open_baseline
 from .context import make_context, skip_reason
-from .records import Failure
+from .records import CRASH, TIMEOUT, Failure
 from .samplers import load_sampler
 
 DEFAULT_REFERENCE = "reference"
@@ -28,7 +33,8 @@ class ReplayError(ValueError):
 
 def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = DEFAULT_REFERENCE,
             profile: str | None = None, device: str | None = None, baseline: str | None = None,
-            baseline_mode: str = "exact") -> tuple[Property, Context]:
+            baseline_mode: str = "exact", isolate: str = "off",
+            timeout: float = isolation.DEFAULT_TIMEOUT) -> tuple[Property, Context]:
     """The property and the context to replay it in; `ReplayError` when that is not possible.
 
     `baseline` (a baseline spec, `rs_verify.engine.baseline`) is opened for the regression gate's
@@ -38,11 +44,11 @@ def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = D
         raise ReplayError(f"property {prop_name!r} is not registered in this rs-verify "
                           f"({len(PROPERTIES)} properties; see `rs-verify list`)")
     try:
-        sampler = load_sampler(sampler_spec)
+        sampler = isolation.load(sampler_spec, isolate, timeout=timeout, device_name=device)
         certifies = "reference" in prop.needs or (baseline_mode == "certified" and "baseline" in prop.needs)
         wants_ref = certifies and reference_spec not in (None, "", "none")
         reference = load_sampler(reference_spec) if wants_ref else None
-    except ValueError as exc:
+    except (ValueError, isolation.SamplerDied) as exc:
         raise ReplayError(str(exc)) from exc
     ctx = make_context(sampler, reference, profile=profile or "dev", device=device)
     if baseline and "baseline" in prop.needs:
@@ -57,14 +63,26 @@ def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = D
 
 
 def prepare_bundle(b: bundles.Bundle, *, sampler: str | None = None, reference: str | None = None,
-                   profile: str | None = None, device: str | None = None) -> tuple[Property, Context]:
-    """`prepare()` with the bundle's recorded sampler, reference, profile and device unless overridden."""
+                   profile: str | None = None, device: str | None = None, isolate: str = "off",
+                   timeout: float | None = None) -> tuple[Property, Context]:
+    """`prepare()` with the bundle's recorded sampler, reference, profile, device and timeout unless overridden."""
     recorded = b.options.get("device")
     return prepare(b.property, sampler or b.sampler,
                    reference_spec=reference if reference is not None else (b.reference or DEFAULT_REFERENCE),
                    profile=profile or b.options.get("profile"),
                    device=device or (recorded if recorded in ("cpu", "cuda") else None),
-                   baseline=b.options.get("baseline"), baseline_mode=b.options.get("baseline_mode", "exact"))
+                   baseline=b.options.get("baseline"), baseline_mode=b.options.get("baseline_mode", "exact"),
+                   isolate=isolate, timeout=timeout or b.options.get("timeout") or isolation.DEFAULT_TIMEOUT)
+
+
+def check(prop: Property, ctx: Context, drawn) -> None:
+    """Run the property's check once on `drawn` (an isolated sampler in a child of its own, closed after)."""
+    outer = ctx.sampler
+    try:
+        with isolation.for_property(outer) as ctx.sampler:
+            prop.check(ctx, drawn)
+    finally:
+        ctx.sampler = outer
 
 
 def replay(prop_name: str, sampler_spec: str, drawn, **context) -> Context:
@@ -74,7 +92,7 @@ def replay(prop_name: str, sampler_spec: str, drawn, **context) -> Context:
     fits of a distribution campaign).
     """
     prop, ctx = prepare(prop_name, sampler_spec, **context)
-    prop.check(ctx, drawn)
+    check(prop, ctx, drawn)
     return ctx
 
 
@@ -82,15 +100,18 @@ def replay_bundle(path, **overrides) -> Context:
     """Re-run the failure stored in the bundle at `path` (overrides as for `prepare_bundle`)."""
     b = bundles.load(path)
     prop, ctx = prepare_bundle(b, **overrides)
-    prop.check(ctx, b.drawn)
+    check(prop, ctx, b.drawn)
     return ctx
 
 
 # -- reproducer snippets -------------------------------------------------------------
 
 
-def bundle_snippet(path) -> str:
+def bundle_snippet(path, kind: str | None = None) -> str:
     """A short script that replays a bundle (the batch is read from the file)."""
+    if kind in (CRASH, TIMEOUT):  # in a child process: the crash or hang must not take this one down
+        return ("from rs_verify.engine.replay import replay_bundle\n"
+                f"replay_bundle({str(path)!r}, isolate='property')  # raises SamplerCrash / SamplerTimeout again\n")
     return ("from rs_verify.engine.replay import replay_bundle\n"
             f"replay_bundle({str(path)!r})  # raises the failure again while it reproduces\n")
 

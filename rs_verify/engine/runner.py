@@ -6,15 +6,20 @@ The tests, the CLI, the pytest plugin and the mutation campaign all run properti
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 
 from hypothesis import given, settings
 from hypothesis.control import current_build_context
+from hypothesis.internal.conjecture import engine as conjecture_engine
+from hypothesis.reporting import current_reporter, with_reporter
 
 from ..properties.registry import PROPERTIES, Context, Property, PropertyFailure
-from . import bundle, profiles, replay
+from . import bundle, guards, isolation, profiles, replay
 from .context import describe, make_context, skip_reason
-from .records import ERROR, PROPERTY, Failure, Outcome
+from .isolation import SamplerDied
+from .records import CRASH, ERROR, PROPERTY, TIMEOUT, Failure, Outcome
 
 __all__ = ["make_context", "pytest_run", "run", "skip_reason"]
 
@@ -55,7 +60,9 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
         ctx.count("examples")
         try:
             prop.check(ctx, drawn)
-        except Exception as exc:
+        except (Exception, SamplerDied) as exc:
+            # A SamplerDied (a crash or a hang of an isolated sampler) is a BaseException: it ends
+            # the Hypothesis run at once, unshrunk, and `run` records it with this input.
             capture.record(exc, drawn, ctx.stats["examples"])
             raise
 
@@ -68,31 +75,68 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
     @given(prop.strategy(ctx))
     def test(drawn):
         # Shrinking through the Triton interpreter can take many minutes: once the shrink
-        # budget is spent, further shrink candidates pass without running the sampler, so
-        # Hypothesis stops and reports the smallest failure found so far (its final replay,
-        # `is_final`, always runs the real check).
+        # budget is spent, further shrink candidates pass without running the sampler, and
+        # Hypothesis's own shrink deadline (`_shrink_deadline`) ends the shrink phase, so
+        # Hypothesis reports the smallest failure found so far (its final replay, `is_final`,
+        # always runs the real check).
         if (capture.first_time is not None and time.monotonic() - capture.first_time > budget
                 and not current_build_context().is_final):
             return
         check(drawn)
 
+    @functools.wraps(test)
+    def run_test():
+        with _shrink_deadline(budget):
+            test()
+
     # Give every (property, sampler) pair its own key in the example database.
     test.hypothesis.inner_test._hypothesis_internal_add_digest = f"{prop.name}:{describe(ctx.sampler)}".encode()
-    return test
+    return run_test
+
+
+@contextlib.contextmanager
+def _shrink_deadline(seconds: float):
+    """Hypothesis's shrink-phase deadline set to `seconds` (its documented, monkeypatchable
+    `MAX_SHRINKING_SECONDS`, 300 s by default) and its warning about it silenced: candidates that
+    pass without running still cost a draw each, which for large inputs adds minutes."""
+    saved = conjecture_engine.MAX_SHRINKING_SECONDS
+    conjecture_engine.MAX_SHRINKING_SECONDS = min(saved, seconds)
+    try:
+        with with_reporter(_quiet_shrink_warning(current_reporter())):
+            yield
+    finally:
+        conjecture_engine.MAX_SHRINKING_SECONDS = saved
+
+
+def _quiet_shrink_warning(reporter):
+    def report(value) -> None:
+        if "working to shrink" not in str(value):  # the budget, not a Hypothesis problem
+            reporter(value)
+
+    return report
 
 
 def failure_record(prop: Property, ctx: Context, exc: BaseException, capture: _Capture) -> Failure:
     """The record of the exception Hypothesis raised: its input when the property saw one."""
     seen, drawn = capture.drawn_for(exc)
-    batch = getattr(exc, "batch", None) if isinstance(exc, PropertyFailure) else None
-    failure = Failure(property=prop.name, sampler=describe(ctx.sampler),
-                      kind=PROPERTY if isinstance(exc, AssertionError) else ERROR,
+    batch = getattr(exc, "batch", None) if isinstance(exc, (PropertyFailure, SamplerDied)) else None
+    if isinstance(exc, SamplerDied) and prop.strategy is None:
+        batch = None  # a fixed campaign replays from its seed; its batch can be large (the message summarises it)
+    if isinstance(exc, SamplerDied):
+        kind = TIMEOUT if exc.kind == "timeout" else CRASH
+    else:
+        kind = PROPERTY if isinstance(exc, AssertionError) else ERROR
+    failure = Failure(property=prop.name, sampler=describe(ctx.sampler), kind=kind,
                       message=f"{type(exc).__name__}: {exc}", batch=batch, drawn=drawn if seen else None,
                       found_at=capture.first_at, replayable=seen, exception=exc)
     failure.notes.append(f"property: {prop.name} ({prop.doc})\nsampler: {failure.sampler}")
     shown = failure.failing_batch()
     if shown is not None:
         failure.notes.append(f"batch: {shown.summary()}")
+    if isinstance(exc, SamplerDied):
+        call = ", ".join(["batch", *(f"{k}={v!r}" for k, v in exc.kwargs.items())])
+        failure.notes.append(f"the call that did not return: sampler({call}); the run stopped there (no shrinking "
+                             "through crashes and hangs)")
     if not seen:
         failure.notes.append("the failing input is unknown (the error was raised outside the property's check)")
     return failure
@@ -112,10 +156,23 @@ def run(prop: Property, ctx: Context, base: settings | None = None, *, bundle_di
     capture = _Capture()
     start = time.perf_counter()
     failure = None
+    calls = guards.call_count()
+    outer = ctx.sampler
     try:
-        hypothesis_test(prop, ctx, base, capture)()
-    except Exception as exc:  # noqa: BLE001 - turned into a Failure record, never swallowed
+        # An isolated sampler gets a fresh child for this property (closed at the end).
+        with isolation.for_property(outer) as ctx.sampler:
+            hypothesis_test(prop, ctx, base, capture)()
+    except (Exception, SamplerDied) as exc:  # noqa: BLE001 - turned into a Failure record, never swallowed
         failure = failure_record(prop, ctx, exc, capture)
+    finally:
+        ctx.sampler = outer
+    ctx.stats["sampler_calls"] = guards.call_count() - calls
+    if failure is None and not prop.self_check and not ctx.stats["sampler_calls"]:
+        # No property passes a sampler it never called.
+        failure = Failure(property=prop.name, sampler=describe(ctx.sampler), kind=ERROR, replayable=False,
+                          message=f"rs-verify: {prop.name} never called the sampler ({ctx.stats.get('examples', 0)} "
+                                  "examples); a property that does not exercise the sampler cannot pass it")
+    if failure is not None:
         if sampler_spec:
             failure.sampler = sampler_spec
         _attach_reproducer(failure, ctx, bundle_dir, reference_spec, options)
@@ -139,7 +196,7 @@ def _attach_reproducer(failure: Failure, ctx: Context, bundle_dir, reference_spe
         return
     failure.bundles.append(str(path))
     failure.notes.append(f"failure bundle: {path}\nreplay with: {bundle.replay_command(path)}\n"
-                         f"or in Python:\n{replay.bundle_snippet(path)}")
+                         f"or in Python:\n{replay.bundle_snippet(path, failure.kind)}")
 
 
 def pytest_run(name: str, sampler, reference=None) -> None:
@@ -153,6 +210,8 @@ def pytest_run(name: str, sampler, reference=None) -> None:
         pytest.skip(outcome.reason)
     if outcome.failure is not None:
         exc = outcome.failure.exception
+        if exc is None:
+            pytest.fail(outcome.failure.text(), pytrace=False)
         if isinstance(exc, AssertionError):
             raise AssertionError(outcome.failure.text()) from exc
         for note in outcome.failure.notes:

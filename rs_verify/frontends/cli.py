@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..engine import bundle as bundles
-from ..engine import database, device, profiles, replay, runner
+from ..engine import database, device, isolation, profiles, replay, runner
 from ..engine.baseline import DEFAULT_MAX_SLOWDOWN, DEFAULT_TIMING_TABLE, MODES, open_baseline, require_reference
 from ..engine.samplers import BUILTIN, load_sampler
 from ..engine.versions import versions
@@ -64,14 +64,16 @@ def cmd_check(args) -> int:
             return 2
     reference_spec = None if args.reference == "none" else args.reference
     try:
-        sampler = load_sampler(args.sampler)
+        # Isolated, the sampler runs in a child process per property (rs_verify.engine.isolation);
+        # the reference is the suite's oracle and runs here.
+        sampler = isolation.load(args.sampler, args.isolate, timeout=args.timeout, device_name=dev)
         reference = load_sampler(reference_spec) if reference_spec else None
         baseline = None
         if args.baseline:  # a BaselineError is a ValueError: a usage error, like an unloadable sampler
             require_reference(args.baseline_mode, reference_spec)
             baseline = open_baseline(args.baseline, sampler_spec=args.sampler, mode=args.baseline_mode,
                                      max_slowdown=args.max_slowdown, device=dev, timing_path=args.timing_table)
-    except ValueError as exc:
+    except (ValueError, isolation.SamplerDied) as exc:
         console.print(f"[red]rs-verify: {escape(str(exc))}[/]")
         return 2
     base = settings() if args.max_examples is None else settings(max_examples=args.max_examples)
@@ -79,12 +81,14 @@ def cmd_check(args) -> int:
     bundle_dir = None
     if not args.no_bundles:
         bundle_dir = args.bundle_dir or (str(Path(args.report) / "bundles") if args.report else bundles.DEFAULT_DIR)
-    options = {"profile": profile, "device": dev, "runner": "cli"}
+    options = {"profile": profile, "device": dev, "runner": "cli", "isolate": args.isolate, "timeout": args.timeout}
     if baseline:
         options.update(baseline=baseline.spec.pinned(), baseline_mode=args.baseline_mode)
     if args.max_examples is not None:
         options["max_examples"] = args.max_examples
-    console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {dev}, "
+    where = (f"isolated per {args.isolate}, timeout {args.timeout:g} s per call" if args.isolate != "off"
+             else "in this process")
+    console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {dev} ({where}), "
                   f"profile {profile}, {len(props)} properties, example database: "
                   f"{database.describe(settings().database)}")
     results = []
@@ -97,6 +101,8 @@ def cmd_check(args) -> int:
         results.append(res)
         status = "self-check" if res.self_check and res.status == "passed" else res.status
         skipped = " - " + escape(res.reason) if res.status == "skipped" else ""
+        if res.status == "passed" and res.stats.get("self_reported"):
+            skipped = " - " + escape(res.stats["self_reported"])
         console.print(f"[{i}/{len(props)}] [{STATUS_STYLE[res.status]}]{status:10}[/] {prop.name} "
                       f"({res.examples} examples, {res.seconds:.1f} s){skipped}")
         if res.failure is not None:
@@ -132,6 +138,10 @@ def _print_summary(console, sampler_spec: str, results) -> None:
     checks = [r.name for r in results if r.self_check and r.status == "passed"]
     if checks:
         console.print("self-checks of the suite (they do not call the sampler): " + ", ".join(checks))
+    trusted = [f"{r.name} ({r.stats['self_reported']})" for r in results
+               if r.status == "passed" and r.stats.get("self_reported")]
+    if trusted:
+        console.print("passes resting on the sampler's own figures: " + "; ".join(trusted), markup=False)
 
 
 def cmd_replay(args) -> int:
@@ -150,13 +160,13 @@ def cmd_replay(args) -> int:
           f"sampler {b.sampler}\ninput: {what}")
     try:
         prop, ctx = replay.prepare_bundle(b, sampler=args.sampler, reference=args.reference, device=dev,
-                                          profile=args.profile)
+                                          profile=args.profile, isolate=args.isolate, timeout=args.timeout)
     except replay.ReplayError as exc:
         print(f"rs-verify replay: {exc}", file=sys.stderr)
         return 2
     try:
-        prop.check(ctx, b.drawn)
-    except Exception as exc:  # noqa: BLE001 - the failure is the result
+        replay.check(prop, ctx, b.drawn)
+    except (Exception, isolation.SamplerDied) as exc:  # noqa: BLE001 - the failure is the result
         notes = "\n".join(getattr(exc, "__notes__", []))
         print(f"STILL FAILS: {prop.name} on {sampler}\n{type(exc).__name__}: {exc}\n{notes}".rstrip())
         return 1
@@ -268,6 +278,17 @@ def cmd_spec(args) -> int:
     return 0
 
 
+def _isolation_options(parser, timeout: float | None = isolation.DEFAULT_TIMEOUT) -> None:
+    parser.add_argument("--isolate", choices=isolation.LEVELS, default=isolation.DEFAULT_LEVEL,
+                        help="where the sampler runs: 'property' (default) a child process per property, so that a "
+                             "crash or a hang fails that property with its batch; 'call' a fresh child per call; "
+                             "'off' in this process (for debugging)")
+    default = f"{isolation.DEFAULT_TIMEOUT:g}" if timeout else f"the bundle's, else {isolation.DEFAULT_TIMEOUT:g}"
+    parser.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                        help=f"a sampler call that does not return within this time fails (isolated samplers "
+                             f"only; default {default})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rs-verify", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -279,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--device", choices=device.DEVICES, default=None,
                        help="default: cuda when usable, else the Triton interpreter on CPU (never a silent "
                             "fallback on a machine with an NVIDIA driver; see rs_verify.engine.device)")
+    _isolation_options(check)
     check.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")
     check.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
     check.add_argument("--skip", nargs="+", metavar="PROPERTY", help="skip these properties")
@@ -312,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="default: the bundle's device, else cuda when available")
     rep.add_argument("--profile", choices=profiles.PROFILE_NAMES, default=None,
                      help="default: the bundle's profile (sets e.g. a distribution campaign's trials)")
+    _isolation_options(rep, timeout=None)
     rep.set_defaults(func=cmd_replay)
     bench = sub.add_parser("bench", help="run the scripts under benchmarks/ (--list shows them)")
     bench.add_argument("--list", action="store_true", help="list the benchmarks and exit")

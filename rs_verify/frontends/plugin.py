@@ -8,8 +8,12 @@ With `--rs-sampler=module:attribute` (or `--rs-gate` for the built-in Triton sam
 plugin adds one test item per registered property, `rs-verify::<property>`, in registry
 order (deterministic, so pytest-xdist can distribute them, also across hosts). Each item
 runs `rs_verify.engine.runner` for that property and skips, with the runner's reason, properties
-the sampler cannot take (internal chunking, SPEC streams, ...). A failing item writes a
-failure bundle (`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`. Without
+the sampler cannot take (internal chunking, SPEC streams, ...). The sampler runs in a child
+process per property (`--rs-isolate`, `rs_verify.engine.isolation`): a crash or a hang fails
+that item, with the batch, and the session goes on. A failing item writes a failure bundle
+(`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`; the terminal summary lists the
+bundles, the skipped properties with their reasons, the suite's self-checks (which never call
+the sampler) and the passes that rest on the sampler's self-reported figures. Without
 `--rs-sampler` / `--rs-gate` the plugin adds nothing and only registers its markers
 (`gpu`, `slow`, `interpreter`, `rs_verify`) and options.
 """
@@ -31,7 +35,11 @@ PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")  # checked against rs_verify.eng
 DEFAULT_SAMPLER = "triton"
 DEFAULT_REFERENCE = "reference"
 DEFAULT_BUNDLE_DIR = ".rs-verify/bundles"  # checked against rs_verify.engine.bundle.DEFAULT_DIR by the tests
+ISOLATION_LEVELS = ("property", "call", "off")  # checked against rs_verify.engine.isolation by the tests
+DEFAULT_TIMEOUT = 120.0  # seconds per sampler call; checked against rs_verify.engine.isolation by the tests
 BUNDLE_PROPERTY = "rs_verify_bundle"  # user_properties key of a report's bundle path
+SELF_CHECK_PROPERTY = "rs_verify_self_check"  # user_properties key: the item checks the suite, not the sampler
+SELF_REPORTED_PROPERTY = "rs_verify_self_reported"  # user_properties key: what the item took on trust
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped cleanly without one",
@@ -61,6 +69,13 @@ def pytest_addoption(parser):
                     help="load this rs-verify Hypothesis profile (rs_verify.engine.profiles) for the whole session; "
                          "default: the active one if it is an rs-verify profile, else HYPOTHESIS_PROFILE, "
                          "ci under CI, dev otherwise")
+    group.addoption("--rs-isolate", choices=ISOLATION_LEVELS, default=ISOLATION_LEVELS[0],
+                    help="where the sampler runs: 'property' (default) a child process per property, so that a "
+                         "crash or a hang of the sampler fails that property with its batch and the session goes "
+                         "on; 'call' a fresh child per call; 'off' in the pytest process (for debugging)")
+    group.addoption("--rs-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                    help=f"a sampler call that does not return within this time fails its property (isolated "
+                         f"samplers only; default {DEFAULT_TIMEOUT:g})")
     group.addoption("--rs-bundle-dir", default=DEFAULT_BUNDLE_DIR, metavar="DIR",
                     help=f"where failure bundles are written (default {DEFAULT_BUNDLE_DIR})")
     group.addoption("--rs-redis", default=None, metavar="URL",
@@ -108,27 +123,34 @@ class Gate:
         self.device = opt("--rs-device")
         self.profile = opt("--rs-profile")
         self.bundle_dir = opt("--rs-bundle-dir")
+        self.isolate = opt("--rs-isolate")
+        self.timeout = opt("--rs-timeout")
         self.redis = opt("--rs-redis") or os.environ.get("RS_VERIFY_REDIS_URL") or None
         self._loaded: dict = {}
 
-    def _load(self, spec: str, what: str):
-        """Load a sampler once per process; a load error fails every item that needs it, cleanly."""
-        if spec not in self._loaded:
-            from ..engine.samplers import load_sampler  # lazy: see the note at the top
+    def _load(self, spec: str, what: str, isolate: str = "off"):
+        """Load a sampler once per process; a load error fails every item that needs it, cleanly.
+
+        Isolated, the sampler is loaded once in a child to read its declarations; the runner
+        starts a fresh child per property (`rs_verify.engine.isolation`)."""
+        if (spec, isolate) not in self._loaded:
+            from ..engine import isolation  # lazy: see the note at the top
 
             try:
-                self._loaded[spec] = (load_sampler(spec), None)
-            except Exception as exc:  # noqa: BLE001 - reported on every item that needs the sampler
-                self._loaded[spec] = (None, f"rs-verify: cannot load the {what} {spec!r}: {exc}")
-        obj, error = self._loaded[spec]
+                obj = isolation.load(spec, isolate, timeout=self.timeout, device_name=self.device)
+                self._loaded[spec, isolate] = (obj, None)
+            except (Exception, isolation.SamplerDied) as exc:  # noqa: BLE001 - reported on every item needing it
+                self._loaded[spec, isolate] = (None, f"rs-verify: cannot load the {what} {spec!r}: {exc}")
+        obj, error = self._loaded[spec, isolate]
         if error:
             pytest.fail(error, pytrace=False)
         return obj
 
     def sampler(self):
-        return self._load(self.sampler_spec, "sampler (--rs-sampler)")
+        return self._load(self.sampler_spec, "sampler (--rs-sampler)", self.isolate)
 
     def reference(self):
+        # The oracle is the suite's own: it runs in the pytest process.
         return None if self.reference_spec is None else self._load(self.reference_spec, "reference (--rs-reference)")
 
     def profile_name(self) -> str:
@@ -146,10 +168,12 @@ class Gate:
 
     def options(self) -> dict:
         """Recorded in failure bundles (the device actually used is added by the runner)."""
-        return {"profile": self.profile_name(), "runner": "pytest"}
+        return {"profile": self.profile_name(), "runner": "pytest", "isolate": self.isolate, "timeout": self.timeout}
 
     def header(self) -> str:
-        return (f"rs-verify: sampler {self.sampler_spec}, reference {self.reference_spec or 'none'}, "
+        where = (f"isolated per {self.isolate} (timeout {self.timeout:g} s per call)" if self.isolate != "off"
+                 else "in the pytest process (--rs-isolate off)")
+        return (f"rs-verify: sampler {self.sampler_spec} {where}, reference {self.reference_spec or 'none'}, "
                 f"profile {self.profile or 'auto'}, device {self.device or 'auto'}, bundles {self.bundle_dir}"
                 + (", shared Redis database" if self.redis else ""))
 
@@ -234,7 +258,9 @@ class PropertyItem(pytest.Item):
             # Reported at the item (rs-verify::<property>), not at this line of the plugin.
             raise pytest.skip.Exception(f"{self.prop_name}: {outcome.reason}", _use_item_location=True)
         if outcome.self_check:
-            self.user_properties.append(("rs_verify_self_check", True))
+            self.user_properties.append((SELF_CHECK_PROPERTY, True))
+        if outcome.stats.get("self_reported"):
+            self.user_properties.append((SELF_REPORTED_PROPERTY, outcome.stats["self_reported"]))
         failure = outcome.failure
         if failure is None:
             return
@@ -247,7 +273,9 @@ class PropertyItem(pytest.Item):
         # the sampler keeps its traceback, followed by the same notes.
         if isinstance(excinfo.value, GateFailure):
             failure = excinfo.value.failure
-            if failure.kind == "property" or failure.exception is None:
+            # A crash or a hang: the message (signal or limit) and the batch; the parent's traceback
+            # through the isolation code would say nothing about the sampler.
+            if failure.kind in ("property", "crash", "timeout") or failure.exception is None:
                 return failure.text()
             tb = super().repr_failure(pytest.ExceptionInfo.from_exception(failure.exception), style=style)
             return f"{tb}\n" + "\n".join(failure.notes)
@@ -297,6 +325,14 @@ def pytest_runtest_setup(item):
             pytest.skip(f"needs a CUDA device (gpu marker): {reason}")
 
 
+def _gate_reports(terminalreporter, status: str) -> list:
+    return [r for r in terminalreporter.stats.get(status, []) if str(getattr(r, "nodeid", "")).startswith("rs-verify::")]
+
+
+def _properties(report) -> dict:
+    return dict(getattr(report, "user_properties", []))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     bundles = []
     for report in terminalreporter.stats.get("failed", []):
@@ -305,3 +341,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("rs-verify failure bundles")
         for path in dict.fromkeys(bundles):
             terminalreporter.write_line(f"rs-verify replay {path}")
+    # What a green run did not show: skipped properties with their reasons (also under -q), the
+    # suite's self-checks (they never call the sampler: not the sampler's passes), and verdicts
+    # that rest on the sampler's own figures.
+    skipped = [(r.nodeid, r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr))
+               for r in _gate_reports(terminalreporter, "skipped") if r.when in ("setup", "call")]
+    if skipped:
+        terminalreporter.section("rs-verify: properties not run on this sampler")
+        for nodeid, reason in skipped:
+            name = nodeid.removeprefix("rs-verify::")
+            terminalreporter.write_line(f"{nodeid}: {reason.removeprefix('Skipped: ').removeprefix(name + ': ')}")
+    passed = _gate_reports(terminalreporter, "passed")
+    checks = [r.nodeid for r in passed if _properties(r).get(SELF_CHECK_PROPERTY)]
+    trusted = [(r.nodeid, _properties(r)[SELF_REPORTED_PROPERTY]) for r in passed
+               if _properties(r).get(SELF_REPORTED_PROPERTY)]
+    if checks or trusted:
+        terminalreporter.section("rs-verify: self-checks and self-reported figures")
+        for nodeid in checks:
+            terminalreporter.write_line(f"{nodeid}: a self-check of the suite; it does not call the sampler")
+        for nodeid, what in trusted:
+            terminalreporter.write_line(f"{nodeid}: {what}")

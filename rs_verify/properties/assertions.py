@@ -6,8 +6,10 @@ import numpy as np
 from hypothesis import event as _event
 from hypothesis.errors import InvalidArgument
 
+from ..engine import guards
 from ..spec.batch import SamplerOutput, SpecBatch
 from .registry import PropertyFailure
+
 
 def request_view(out: SamplerOutput, batch: SpecBatch, r: int) -> dict:
     """Every output field of request `r` (its sampled row and its logprobs rows)."""
@@ -53,8 +55,25 @@ def assert_same_request(a, batch_a, ra, b, batch_b, rb, *, what: str, batch: Spe
 
 
 def call(sampler, batch: SpecBatch, **kw) -> SamplerOutput:
-    """Call a sampler and check the output's types and shapes (SPEC section 5)."""
-    out = sampler(batch, **kw)
+    """Call a sampler and check the output's types and shapes (SPEC section 5).
+
+    Every call is observed (`rs_verify.engine.guards`): a sampler that modifies its input
+    fails here, before any comparison of its output.
+    """
+    return call_with_report(sampler, batch, **kw)[0]
+
+
+def observed(sampler, batch: SpecBatch, *, reseed: int | None = None, **kw):
+    """`guards.observed_call`, with a modified input turned into a `PropertyFailure`: `(output, CallReport)`."""
+    try:
+        return guards.observed_call(sampler, batch, kw, reseed=reseed)
+    except guards.InputModified as exc:
+        raise PropertyFailure(str(exc), batch=batch) from exc
+
+
+def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, **kw):
+    """`call()`, also returning the `CallReport` (device work, peak memory) of the call."""
+    out, report = observed(sampler, batch, reseed=reseed, **kw)
     if not isinstance(out, SamplerOutput):
         raise PropertyFailure(f"{sampler_name(sampler)} returned {type(out).__name__}, not SamplerOutput", batch=batch)
     r, k1 = batch.num_reqs, batch.num_speculative_steps + 1
@@ -76,7 +95,7 @@ def call(sampler, batch: SpecBatch, **kw) -> SamplerOutput:
         if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.shape != shape:
             got = f"{type(arr).__name__} {getattr(arr, 'dtype', '?')} {getattr(arr, 'shape', '?')}"
             raise PropertyFailure(f"output {name}: expected {np.dtype(dtype)} {shape}, got {got}", batch=batch)
-    return out
+    return out, report
 
 
 def sampler_name(sampler) -> str:
