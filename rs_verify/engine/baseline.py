@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .isolation import ChildSampler
+from .isolation import ChildSampler, SamplerDied
 from .samplers import BUILTIN, load_sampler
 
 GIT_PREFIX = "git:"
@@ -131,14 +131,22 @@ def _forget_modules_of(root: Path) -> list[str]:
     return gone
 
 
+HARNESS = "rs_verify.engine."
+
+
 def load_from_tree(root: str, spec: str):
     """Load sampler `spec` from the checkout at `root` (runs in the baseline's child process)."""
     root_path = Path(root).resolve()
     if str(root_path) not in sys.path:
         sys.path.insert(0, str(root_path))
+    # The harness running in this child (the call loop, its guards and the records it sends back)
+    # stays this tree's: its classes must be the ones the parent unpickles. Only the sampler and
+    # what it imports (the contract included) come from the revision.
+    harness = {name: mod for name, mod in sys.modules.items() if name.startswith(HARNESS)}
     _forget_modules_of(root_path)
     target = BUILTIN.get(spec, spec)
     sampler = load_sampler(target)
+    sys.modules.update(harness)
     module = sys.modules.get(target.partition(":")[0])
     origin = Path(getattr(module, "__file__", None) or "/").resolve()
     if root_path not in origin.parents:
@@ -247,7 +255,7 @@ def open_baseline(text: str, *, sampler_spec: str, mode: str = DEFAULT_MODE,
         loader = (f"{LOADER_MODULE}:sampler", [str(tmp / "loader"), str(root)])
         try:
             sampler = ChildSampler(loader[0], sys_path=loader[1], device_name=device)
-        except Exception as exc:  # noqa: BLE001 - the child's load error is the usage error's reason
+        except (Exception, SamplerDied) as exc:  # noqa: BLE001 - the child's load error (or its death) is the reason
             raise BaselineError(f"baseline {text!r} cannot be loaded from revision {spec.commit[:12]}: "
                                 f"{str(exc).replace(repr(loader[0]), repr(spec.sampler_spec))}") from exc
     except BaseException:

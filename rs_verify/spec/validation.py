@@ -177,6 +177,15 @@ def _check_values(batch: SpecBatch) -> None:
         _fail("temperature", int(states[r]), f"{temp[r]} overflows float32 for a logit of magnitude {req_absmax[r]}")
 
 
+def check_structure(batch: SpecBatch) -> SpecBatch:
+    """Only the dtypes and shapes of SPEC section 1 (O(1), no value is read): what a sampler run
+    without validation still needs before it can size a single buffer. `ValueError` otherwise."""
+    if not isinstance(batch, SpecBatch):
+        raise ValueError(f"batch: expected a SpecBatch, got {type(batch).__name__}")
+    _check_structure(batch)
+    return batch
+
+
 def validate(batch: SpecBatch) -> SpecBatch:
     """Check `batch` against SPEC section 1 and raise `ValueError` on the first problem.
 

@@ -56,7 +56,7 @@ import torch
 
 from ..spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from ..spec.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
-from ..spec.validation import validate as validate_batch
+from ..spec.validation import check_structure, validate as validate_batch
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
 
@@ -290,8 +290,9 @@ class TritonSampler:
                 f"validate={self.validate}, device={str(self.device)!r})")
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
-        if self.validate:
-            validate_batch(batch)
+        # Without validation the values go unchecked (the kernels clamp every index), but a batch
+        # whose arrays have the wrong dtypes or shapes cannot even be sized: refused up front.
+        (validate_batch if self.validate else check_structure)(batch)
         v = batch.vocab_size
         cap = default_max_chunk_logits(v, self.cap_bytes) if max_chunk_logits is None else int(max_chunk_logits)
         if batch.num_reqs == 0:
