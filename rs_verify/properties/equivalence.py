@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
 from .base import assert_same_output, assert_same_request, call, event, register
-from .inputs import batch_and_cap, batches
+from .inputs import batch_and_cap, batches, decision_rich
 from .transforms import merge_unrelated
 
 
@@ -66,7 +66,7 @@ def batch_invariance(ctx, drawn) -> None:
             assert_same_request(out, merged, new, full, batch, old, what="merged batch", batch=batch)
 
 
-@register("determinism", "equivalence", strategy=batches)
+@register("determinism", "equivalence", strategy=decision_rich)
 def determinism(ctx, batch) -> None:
     """Repeated runs on the same input are bit-identical."""
     first = call(ctx.sampler, batch)
