@@ -19,7 +19,8 @@ from hypothesis.errors import InvalidArgument
 
 from rs_verify.spec.batch import ARRAY_FIELDS, SpecBatch
 
-from .batches import FLOAT32_MAX, spec_batches
+from .batches import spec_batches
+from .logits import FLOAT32_MAX
 
 
 class InvalidBatch(tuple):

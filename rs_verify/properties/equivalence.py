@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
 from .assertions import assert_same_output, assert_same_request, call, event
+from .inputs import batch_and_cap, batches, decision_rich
 from .memory import large_batch
 from .registry import register
-from .inputs import batch_and_cap, batches
 from .transforms import merge_unrelated
 
 
@@ -69,7 +69,7 @@ def batch_invariance(ctx, drawn) -> None:
 
 
 def _batch_and_seed(ctx):
-    return st.tuples(batches(ctx), st.integers(0, 2**32 - 2))
+    return st.tuples(decision_rich(ctx), st.integers(0, 2**32 - 2))
 
 
 @register("determinism", "equivalence", strategy=_batch_and_seed)

@@ -1,41 +1,59 @@
-"""The Hypothesis inputs of the properties, sized by the context's profile."""
+"""The Hypothesis inputs of the properties, sized by the context's profile.
+
+Which strategy a property draws from (the property modules register these functions):
+
+- `decision_rich`: `strategies.decision_batches`, batches rich in stochastic acceptance
+  decisions (drafts drawn from q close to p, padded drafts with model logits, empty
+  residuals, ties, vocabularies straddling block sizes): certification
+  (`certifiable_batches`), output invariants and determinism.
+- `batches`: `strategies.spec_batches`, the broad strategy (greedy-only and K = 0 batches
+  included): the greedy argmax chain, batch invariance and, with `strategies.chunk_caps`
+  (caps at request boundaries and below the largest request), chunking (`batch_and_cap`).
+  Decision-rich batches cost about 1.4x more per example under the Triton interpreter
+  (more rows and requests verify drafts); these properties compare a sampler with itself.
+"""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from strategies import DEFAULT_BLOCK_SIZES, INVALID_CLASSES, chunk_caps, decision_batches, invalid_batches, spec_batches
+
+
+def block_sizes(ctx) -> tuple[int, ...]:
+    """Vocabulary block sizes the drawn vocabularies straddle: the defaults and, when the sampler
+    declares an int `block_v` (the built-in Triton sampler does), its own block."""
+    own = getattr(ctx.sampler, "block_v", None)
+    extra = (own,) if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else ()
+    return tuple(sorted(set(DEFAULT_BLOCK_SIZES + extra)))
+
 
 def batches(ctx):
     """Valid ragged batches (strategies.spec_batches with the profile's knobs)."""
-    from strategies import spec_batches
-
     return spec_batches(**ctx.batch_kwargs)
 
 
-def batch_and_cap(ctx):
-    """A batch and a chunk cap biased to its request boundaries."""
-    from strategies import chunk_caps
+def decision_rich(ctx):
+    """Valid batches rich in stochastic decisions (strategies.decision_batches with the profile's knobs)."""
+    return decision_batches(**ctx.batch_kwargs, block_sizes=block_sizes(ctx))
 
+
+def batch_and_cap(ctx):
+    """A batch and a chunk cap at or around its request boundaries, or below its largest request."""
     return batches(ctx).flatmap(lambda b: st.tuples(st.just(b), chunk_caps(b)))
 
 
 def invalid(ctx):
     """A (batch, field) pair: a batch with one SPEC section 9 defect, its class drawn uniformly."""
-    from strategies import INVALID_CLASSES, invalid_batches
-
     return st.sampled_from(INVALID_CLASSES).flatmap(lambda c: invalid_batches(classes=[c]))
 
 
 def invalid_of_every_class(ctx):
     """One (batch, field) pair of every SPEC section 9 defect class, so each example covers them all."""
-    from strategies import INVALID_CLASSES, invalid_batches
-
     return st.tuples(*(invalid_batches(classes=[c]) for c in INVALID_CLASSES))
 
 
 def certifiable_batches(ctx):
-    """Valid batches of every pattern, extreme logits included: SPEC section 8 takes the
+    """Decision-rich batches of every pattern, extreme logits included: SPEC section 8 takes the
     tolerance from the tokens a decision compares, so extreme rows are certified too."""
-    from strategies import spec_batches
-
-    return spec_batches(**ctx.batch_kwargs)
+    return decision_rich(ctx)

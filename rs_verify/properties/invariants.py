@@ -8,7 +8,7 @@ from ..spec import probs
 from .assertions import call, event
 from .registry import PropertyFailure, register
 from .certification import REPLICAS
-from .inputs import batches
+from .inputs import batches, decision_rich
 from .transforms import copies_note, reseeded_copies
 
 # A resampled token must have positive residual mass p - q > 0. Production samplers
@@ -70,7 +70,7 @@ def _check_resample(batch, r, i, token, draft, p, q) -> None:
                         "outside the residual max(p - q, 0)")
 
 
-@register("output_invariants", "invariants", strategy=batches)
+@register("output_invariants", "invariants", strategy=decision_rich)
 def output_invariants(ctx, drawn) -> None:
     """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))

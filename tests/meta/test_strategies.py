@@ -2,7 +2,8 @@
 
 Reachability runs one derandomized sweep and falls back to `hypothesis.find`
 for whatever the sweep missed, so a feature that exists is always found and a
-feature the strategy cannot produce fails with its name.
+feature the strategy cannot produce fails with its name. The decision-rich
+strategy is held to more: every knob within the ci budget (tests/meta/test_decisions.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
+from rs_verify.spec.chunking import iter_request_chunks
 from rs_verify.spec.validation import validate
 from strategies import (
     DTYPE_MAX,
@@ -23,9 +25,12 @@ from strategies import (
     chunk_caps,
     invalid_batches,
     cap_candidates,
+    cap_kind,
+    decision_batches,
     spec_batches,
 )
-from strategies.batches import ONE_HOT_GAP
+from strategies.chunks import AT_BOUNDARY, BELOW_LARGEST, ONE_CHUNK
+from strategies.logits import ONE_HOT_GAP
 
 FAST = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -257,8 +262,13 @@ def test_bad_invalid_classes_raise_eagerly():
         invalid_batches(classes=["not_a_defect"])
 
 
-def test_every_batch_feature_is_reachable():
-    _assert_reachable(spec_batches(), BATCH_FEATURES, sweep=300, fallback=3000)
+# The decision-rich strategy keeps the broad one's features, except those it rules out: an
+# empty batch (min_reqs=1) and a greedy-only batch (every batch carries a stochastic request).
+@pytest.mark.parametrize("strategy, ruled_out", [(spec_batches(), ()), (decision_batches(), ("R == 0", "greedy"))],
+                         ids=["spec_batches", "decision_batches"])
+def test_every_batch_feature_is_reachable(strategy, ruled_out):
+    features = {k: v for k, v in BATCH_FEATURES.items() if k not in ruled_out}
+    _assert_reachable(strategy, features, sweep=300, fallback=3000)
 
 
 def test_shrinks_to_a_minimal_batch():
@@ -280,6 +290,32 @@ def test_chunk_caps(data):
     cu = [int(c) for c in batch.cu_num_logits]
     for b in cu[1:]:  # every request boundary and its neighbours are candidates
         assert {max(b - 1, 1), b, b + 1} <= set(cands)
+
+
+@pytest.mark.parametrize("digest", ["triton", "reference"])
+def test_chunk_caps_reach_every_kind_within_the_ci_budget(digest):
+    """The chunking properties' input (a batch and a cap) reaches, within the ci budget, caps
+    below the largest request (that request must stay whole), caps equal to the rows of a run of
+    whole requests (a chunk ends exactly at a boundary), a single chunk, and plans of two chunks
+    or more. (Caps one row off a run of whole requests need two requests: drawn, not required.)"""
+    from rs_verify.engine import profiles  # noqa: lazy: only this test needs the profiles
+    from rs_verify.properties import PROPERTIES, Context  # noqa: lazy: the property library
+
+    ctx = Context(sampler=None, profile="ci", batch_kwargs=dict(profiles.BATCH_KWARGS["ci"]))
+    seen = set()
+
+    @settings(FAST, max_examples=settings.get_profile("ci").max_examples, derandomize=True, phases=[Phase.generate])
+    @given(PROPERTIES["chunked_equals_full"].strategy(ctx))
+    def sweep(drawn):
+        batch, cap = drawn
+        seen.add(cap_kind(batch, cap))
+        if len(list(iter_request_chunks(batch.cu_num_logits, cap))) >= 2:
+            seen.add("2+ chunks")
+
+    sweep.hypothesis.inner_test._hypothesis_internal_add_digest = f"chunked_equals_full:{digest}".encode()
+    sweep()
+    wanted = {BELOW_LARGEST, AT_BOUNDARY, ONE_CHUNK, "2+ chunks"}
+    assert not wanted - seen, sorted(wanted - seen)
 
 
 # -- invalid batches ---------------------------------------------------------------

@@ -1,0 +1,351 @@
+"""`decision_batches`: valid batches rich in stochastic acceptance decisions.
+
+A property that compares decisions (certification against the reference, output
+invariants, determinism) learns nothing from a greedy-only or K = 0 batch, and little
+from decisions far from the uniform `u`. This strategy keeps every field of
+`spec_batches` reachable but tilts the draw towards decisions a wrong sampler gets
+wrong:
+
+- most requests are stochastic (greedy one request in eight), `K >= 1` and most
+  requests verify at least one draft;
+- model drafts are close to the target (`q = softmax((x + T * sigma * noise) / T)`,
+  `sigma` log-uniform in [0.1, 2]) and drafted *from q* by Gumbel-max with the SPEC
+  noise at `pos + 2**30`, so acceptance probabilities `min(1, p(d) / q(d))` spread
+  over (0, 1]; one-hot drafts are drawn the same way from a proposal close to p;
+- padded drafts (-1 and other negatives) placed in stochastic requests, often at
+  step 0 (so the step is reached), with model draft logits;
+- target and draft saturated on the same token with a draft the drafter gave no
+  mass (empty residual: SPEC section 4 falls back to p);
+- exact ties among the maxima of target rows (greedy drafts on a tied maximum above
+  the lowest index);
+- vocabularies just above and around multiples of small block sizes (multi-block
+  reductions, partial tail tiles);
+- logits of realistic magnitude: three batches in four shift each row by a common
+  offset in [-64, 64] (before the division by T). Softmax ignores it; floating-point
+  error does not (rounding scales with |z|, `exp` without the max subtracted overflows);
+- each example a fresh draw of contents: the NumPy generator is seeded from the
+  content seed and every structural draw, so Hypothesis's small mutations of an
+  earlier example do not replay its logits, drafts and noise.
+
+`sigma` spans [0.03, 2]: small values give decisions with `p(d) / q(d)` near 1, where
+`u` is most sensitive to small errors in `p` or `q`; large ones spread the acceptance
+probabilities. Measured: 56% of acceptance tests have `0 < a < 1` (32% in [0.1, 0.95]).
+
+Imports only NumPy, Hypothesis and the batch contract.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+from hypothesis import strategies as st
+
+from rs_verify.spec.batch import LOGITS_DTYPES, SpecBatch
+
+from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds
+from .drafts import (close_draft_rows, gumbel_max_drafts, lean_draft_ids, log_softmax_processed, padded_ids,
+                     pattern_draft_rows)
+from .events import label_decisions, label_structure
+from .knobs import check_bool, check_ints, drawn_int64, drawn_vocab, rare, vocab_strategy
+from .logits import ONE_HOT_GAP, PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
+from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
+from .scalars import temperature as kind_temperature
+
+# Per-request temperature kinds and their weights (greedy a minority; shrinks to "one").
+REQUEST_KINDS = (("one", 2), ("random", 3), ("greedy", 1))
+DRAFT_SIGMA = (0.03, 2.0)  # log-uniform noise between processed target and draft logits (see module doc)
+SPREAD_SCALE = (0.3, 3.0)  # log-uniform scale of processed "random" target logits: p keeps entropy
+LEAN_SHARE = 0.15  # stochastic requests that keep lean drafts (argmax-leaning ids, pattern rows)
+MAX_OFFSET = 64.0  # common logit offsets in [-64, 64]
+SATURATED_DRAFT_GAP = (60.0, 600.0)  # processed gap of a saturated draft row: q(t) == 1 in float64
+
+
+def decision_batches(
+    *,
+    min_reqs: int = 1,
+    max_reqs: int = 6,
+    max_spec_steps: int = 8,
+    min_drafts: int = 0,
+    vocab_sizes: st.SearchStrategy[int] | Sequence[int] | None = None,
+    max_vocab: int = 1025,
+    block_sizes: Sequence[int] = DEFAULT_BLOCK_SIZES,
+    draft_modes: Sequence[str] = DRAFT_MODES,
+    draft_vocab: bool = True,
+    temperatures: Sequence[str] = TEMPERATURE_KINDS,
+    logits_dtypes: Sequence[str] = LOGITS_DTYPES,
+    logprobs: Sequence[str | None] = LOGPROBS_CHOICES,
+    max_logprobs: int = 8,
+    padded_drafts: bool = True,
+    masks: bool = True,
+    patterns: Sequence[str] = PATTERNS,
+    max_extra_states: int = 3,
+    seeds: st.SearchStrategy[int] | None = None,
+    positions: st.SearchStrategy[int] | None = None,
+    saturated: bool = True,
+) -> st.SearchStrategy[SpecBatch]:
+    """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
+
+    Takes every knob of `spec_batches` with the same meaning, except where noted, plus
+    `block_sizes` and `saturated`. Shrinks towards one request at `T = 1` with one
+    model draft drawn from q, a tiny vocab, float32, no logprobs, padding or masks.
+
+    * `min_reqs`, `max_reqs`: bounds of the request count `R`.
+    * `max_spec_steps`, `min_drafts`: `K` is drawn in `[max(1, min_drafts), max_spec_steps]`;
+      `n_r` is `K` or in `[max(1, min_drafts), K]`, and one request in eight in `[min_drafts, K]`.
+    * `vocab_sizes`: a strategy or a sequence of target vocab sizes; by default
+      `block_edge_vocab_sizes(max_vocab, block_sizes)`.
+    * `max_vocab`: the largest default vocab size (ignored when `vocab_sizes` is given).
+    * `block_sizes`: vocabulary block sizes of the samplers under test: default vocab sizes
+      straddle their multiples, and the draw is labelled "multi-block vocab (V > B)" and
+      "partial tail block (...)" for each.
+    * `draft_modes`: some of "model" (two draws in three when both) and "one-hot".
+    * `draft_vocab`: allow a draft vocab `Vd < V` for model drafts (one draw in six).
+    * `temperatures`: the kinds a request may take, some of "greedy", "one", "random"
+      ("mixed" allows all three); each request draws its own (weights 1 : 3 : 4).
+    * `logits_dtypes`, `logprobs`, `max_logprobs`, `max_extra_states`, `seeds`,
+      `positions`, `patterns`: as for `spec_batches` (target rows use "random" three
+      times in four when it is allowed, a pattern from `patterns` otherwise).
+    * `padded_drafts`: two draws in three pad drafts of stochastic requests (-1 mostly).
+    * `masks`: one draw in four masks logits with `-inf` (never a row's maxima).
+    * `saturated`: two model-draft draws in three saturate a target row and its draft row
+      on the same token, with a draft id elsewhere (the residual max(p - q, 0) is empty).
+    """
+    cfg = check_common(min_reqs=min_reqs, max_reqs=max_reqs, max_spec_steps=max_spec_steps, min_drafts=min_drafts,
+                       max_vocab=max_vocab, draft_modes=draft_modes, draft_vocab=draft_vocab,
+                       temperatures=temperatures, logits_dtypes=logits_dtypes, logprobs=logprobs,
+                       max_logprobs=max_logprobs, padded_drafts=padded_drafts, masks=masks, patterns=patterns,
+                       max_extra_states=max_extra_states, seeds=seeds, positions=positions)
+    check_bool("saturated", saturated)
+    cfg["block_sizes"] = check_ints("block_sizes", block_sizes, 1)
+    cfg["vocab"] = vocab_strategy(vocab_sizes, block_edge_vocab_sizes(max_vocab, cfg["block_sizes"]))
+    cfg["saturated"] = saturated
+    allowed = {"greedy", "one", "random"} if "mixed" in cfg["temperatures"] else set(cfg["temperatures"])
+    cfg["kinds"] = tuple((k, w) for k, w in REQUEST_KINDS if k in allowed)
+    return _decision_batches(cfg)
+
+
+def _draft_count(draw, lo, n_lo, K) -> int:
+    """`n_r`: in `[lo, K]` one request in eight, else `K` half the time (the per-request cost of a
+    verify call dominates under an interpreter: long chains are the cheapest decisions), else in
+    `[n_lo, K]`. Shrinks to `n_lo`."""
+    kind = draw(st.integers(0, 7))
+    if kind == 7:
+        return draw(st.integers(lo, K))
+    return K if kind >= 4 else draw(st.integers(n_lo, K))
+
+
+def _request_kind(draw, kinds) -> str:
+    x = draw(st.integers(0, sum(w for _, w in kinds) - 1))
+    for kind, w in kinds:
+        if x < w:
+            return kind
+        x -= w
+    raise AssertionError("unreachable")
+
+
+def _pattern(draw, allowed) -> str:
+    """ "spread" (random logits whose processed scale keeps p spread out: decisions near u) three
+    times in four when "random" is allowed, else a pattern from `allowed`."""
+    if rare(draw, 4) or "random" not in allowed:
+        return draw(st.sampled_from(allowed))
+    return "spread"
+
+
+def _target_rows(rng, n, V, pattern, t, dtype, v_eff, bound, masked) -> np.ndarray:
+    if pattern != "spread":
+        return logits_rows(rng, n, V, pattern, dtype=dtype, v_eff=v_eff, max_abs=bound, allow_inf=masked)
+    scale = (float(t) if t > 0 else 1.0) * float(np.exp(rng.uniform(*np.log(SPREAD_SCALE))))
+    x = np.clip(rng.standard_normal((n, V)) * scale, -bound, bound)
+    return round_to_dtype(x.astype(np.float32), dtype)
+
+
+@st.composite
+def _decision_batches(draw, cfg) -> SpecBatch:
+    # ---- structure, drawn by Hypothesis (order chosen for shrinking) ----
+    R = draw(st.integers(cfg["min_reqs"], cfg["max_reqs"]))
+    K = draw(st.integers(min(max(cfg["min_drafts"], 1), cfg["max_spec_steps"]), cfg["max_spec_steps"]))
+    n_lo = min(max(cfg["min_drafts"], 1), K)
+    n_r = [_draft_count(draw, cfg["min_drafts"], n_lo, K) for _ in range(R)]
+    V = drawn_vocab(draw(cfg["vocab"]))
+    modes = cfg["draft_modes"]
+    mode = modes[0] if len(modes) == 1 else ("one-hot" if rare(draw, 3) else "model")
+    Vd = None
+    if mode == "model":
+        Vd = V
+        if cfg["draft_vocab"] and V >= 2 and rare(draw, 6):
+            Vd = draw(st.integers(1, V - 1))
+    v_eff = V if Vd is None else Vd
+    dtype = draw(st.sampled_from(cfg["dtypes"]))
+    lp_mode = draw(st.sampled_from(cfg["logprobs"]))
+    num_logprobs = None if lp_mode is None else draw(st.integers(0, min(V, cfg["max_logprobs"])))
+    kinds = [_request_kind(draw, cfg["kinds"]) for _ in range(R)]
+    if R and all(k == "greedy" for k in kinds) and len(cfg["kinds"]) > 1:
+        kinds[-1] = cfg["kinds"][0][0]  # every batch carries stochastic requests when they are allowed
+    first = next((r for r, k in enumerate(kinds) if k != "greedy"), None)
+    if first is not None and K and not any(n_r[r] for r, k in enumerate(kinds) if k != "greedy"):
+        n_r[first] = 1  # ... and a stochastic request that verifies a draft
+    patterns = [_pattern(draw, cfg["patterns"]) for _ in range(R)]
+    padded = cfg["padded"] and draw(st.integers(0, 2)) > 0  # two draws in three; shrinks to none
+    masked = cfg["masks"] and rare(draw)
+    saturated = cfg["saturated"] and mode == "model" and draw(st.integers(0, 2)) > 0
+    tied = "tied" in cfg["patterns"] and rare(draw, 3)
+    shifted = draw(st.integers(0, 3)) > 0  # three draws in four; shrinks to centred logits
+    extra = draw(st.integers(1, cfg["max_extra_states"])) if cfg["max_extra_states"] and rare(draw, 3) else 0
+    shuffled = (R + extra >= 2) and rare(draw, 3)
+    req_seeds = [drawn_int64(draw(cfg["seeds"]), "seeds", -(2**63)) for _ in range(R)]
+    req_pos = [drawn_int64(draw(cfg["positions"]), "positions", 0) for _ in range(R)]
+    # Contents from the content seed AND every structural draw: Hypothesis explores by small
+    # mutations of earlier examples, and each must be a fresh draw of logits, drafts and noise.
+    structure = (R, K, n_r, V, Vd, mode, dtype, lp_mode, num_logprobs, kinds, patterns, padded, masked, saturated,
+                 tied, shifted, extra, shuffled, req_seeds, req_pos)
+    rng = np.random.default_rng([draw(st.integers(0, 2**32 - 1)), zlib.crc32(repr(structure).encode())])
+
+    # ---- contents, filled by NumPy ----
+    S = R + extra
+    cu = row_offsets(n_r)
+    idx = rng.permutation(S)[:R] if shuffled else np.arange(R)
+    temperature = garbage_temperatures(rng, S)
+    for r, kind in enumerate(kinds):
+        temperature[idx[r]] = kind_temperature(rng, kind)
+    temps = temperature[idx]
+    seeds_arr = state_seeds(rng, S, idx, req_seeds)
+    pos = row_positions(cu, n_r, req_pos)
+    bounds = [magnitude_bound(dtype, float(t)) for t in temps]
+
+    target = np.empty((int(cu[-1]), V), np.float32)
+    for r in range(R):
+        rows = _target_rows(rng, n_r[r] + 1, V, patterns[r], temps[r], dtype, v_eff, bounds[r], masked)
+        if shifted and patterns[r] != "extreme":
+            rows = shift_rows(rows, rng.uniform(-1.0, 1.0, n_r[r] + 1) * min(MAX_OFFSET, bounds[r] / 4), dtype,
+                              bounds[r])
+        target[cu[r] : cu[r + 1]] = rows
+    if tied:
+        _tie_maxima(rng, target, v_eff)
+    if masked:
+        mask_rows(rng, target, v_eff)
+
+    stochastic = [r for r in range(R) if temps[r] > 0 and n_r[r] > 0]
+    draft_ids = lean_draft_ids(rng, target, cu, v_eff, False)
+    draft = None if mode == "one-hot" else round_to_dtype(rng.uniform(-20.0, 20.0, (S, K, Vd)), dtype)
+    for r in range(R):
+        n, lo, s = n_r[r], int(cu[r]), int(idx[r])
+        if n == 0:
+            continue
+        if temps[r] == 0 or rng.random() < LEAN_SHARE:
+            if temps[r] == 0:
+                _greedy_tie_drafts(rng, target, lo, n, v_eff, draft_ids)
+            if draft is not None:
+                draft[s, :n] = pattern_draft_rows(rng, target, cu, r, n, draft_ids, Vd, dtype, bounds[r],
+                                                  cfg["patterns"], masked)
+            continue
+        sigma = float(np.exp(rng.uniform(*np.log(DRAFT_SIGMA))))
+        close = close_draft_rows(rng, target[lo : lo + n], v_eff if draft is None else Vd, float(temps[r]), sigma,
+                                 dtype, bounds[r])
+        if draft is not None:
+            draft[s, :n] = close
+        logq = log_softmax_processed(close[:, :v_eff], float(temps[r]))
+        draft_ids[lo + 1 : lo + 1 + n] = gumbel_max_drafts(logq, np.full(n, seeds_arr[s]), pos[lo : lo + n])
+    if saturated:
+        _saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked)
+    if padded:
+        _pad(rng, draft_ids, cu, n_r, stochastic, v_eff)
+
+    batch = SpecBatch(
+        target_logits=target,
+        draft_logits=draft,
+        draft_token_ids=draft_ids,
+        cu_num_logits=cu.astype(np.int32),
+        pos=pos,
+        idx_mapping=idx.astype(np.int32),
+        temperature=temperature,
+        seeds=seeds_arr,
+        num_speculative_steps=K,
+        logits_dtype=dtype,
+        num_logprobs=num_logprobs,
+        logprobs_mode=lp_mode or "raw",
+    )
+    label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
+    label_decisions(batch, cfg["block_sizes"])
+    return batch
+
+
+def _tie_maxima(rng, target, v_eff) -> None:
+    """Give about half the rows (at least one) 2-4 exactly equal maxima over `[0, v_eff)`, never all
+    of `[0, v_eff)`: the greedy argmax must take the lowest index (in place)."""
+    n = target.shape[0]
+    if n == 0 or v_eff < 3:
+        return
+    rows = np.flatnonzero(rng.random(n) < 0.5)
+    for j in rows if rows.size else rng.integers(n, size=1):
+        head = target[j, :v_eff]
+        m = int(rng.integers(2, min(4, v_eff - 1) + 1))
+        head[rng.choice(v_eff, m, replace=False)] = head.max()
+
+
+def _greedy_tie_drafts(rng, target, lo, n, v_eff, draft_ids) -> None:
+    """Greedy drafts on rows with tied maxima: half the time a tied maximum above the lowest
+    index (SPEC section 4 rejects it: the argmax is the lowest index)."""
+    for i in range(n):
+        head = target[lo + i, :v_eff]
+        top = np.flatnonzero(head == head.max())
+        if top.size >= 2 and rng.random() < 0.5:
+            draft_ids[lo + 1 + i] = int(rng.choice(top[1:]))
+
+
+def _knob_step(rng, r, n_r, stochastic) -> int | None:
+    """The step of request `r` a knob (padding, saturation) takes, or None: step 0 two times in
+    three (it is then reached), a random step otherwise. The first stochastic request keeps its
+    step 0 (the knob takes a later step, or none), so the batch keeps a stochastic decision."""
+    n = n_r[r]
+    if r == stochastic[0]:
+        return int(rng.integers(1, n)) if n >= 2 else None
+    return 0 if rng.random() < 2 / 3 else int(rng.integers(n))
+
+
+def _saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked) -> None:
+    """Saturate one or two steps of stochastic requests: target and draft rows put all their
+    mass on the same token `t` (target: the rest `ONE_HOT_GAP` below or `-inf`; draft: a
+    processed gap in [60, 600], so q(t) == 1 in float64), and the draft id is another token,
+    which the test rejects. The residual max(p - q, 0) then has no positive mass."""
+    if v_eff < 2 or not stochastic or draft is None:
+        return
+    chosen = rng.choice(stochastic, size=min(len(stochastic), int(rng.integers(1, 3))), replace=False)
+    for r in chosen:
+        i, t_r = _knob_step(rng, r, n_r, stochastic), float(temps[r])
+        if i is None:
+            continue
+        j, tok = int(cu[r] + i), int(rng.integers(v_eff))
+        hot = rng.standard_normal()
+        row = np.full(target.shape[1], hot - ONE_HOT_GAP)
+        if masked and rng.random() < 0.5:
+            row[:] = -np.inf
+        row[tok] = hot
+        target[j] = round_to_dtype(row.astype(np.float32), dtype)
+        hot_q = rng.standard_normal()
+        q_row = np.full(draft.shape[2], hot_q - t_r * rng.uniform(*SATURATED_DRAFT_GAP))
+        q_row[tok] = hot_q
+        draft[idx[r], i] = round_to_dtype(q_row.astype(np.float32), dtype)
+        other = int(rng.integers(v_eff - 1))
+        draft_ids[j + 1] = other + (other >= tok)
+
+
+def _pad(rng, draft_ids, cu, n_r, stochastic, v_eff) -> None:
+    """Padded draft ids: one step of a stochastic request (see `_knob_step`), plus up to a third of
+    the verified positions other than the first steps of stochastic requests."""
+    verified = np.concatenate([np.arange(cu[r] + 1, cu[r] + 1 + n_r[r]) for r in range(len(n_r))] + [[]])
+    verified = verified.astype(np.int64)
+    if verified.size == 0:
+        return
+    firsts = np.array([cu[r] + 1 for r in stochastic], np.int64)  # step 0 of stochastic requests: _knob_step's
+    others = verified[~np.isin(verified, firsts)]
+    where = others[rng.random(others.size) < rng.uniform(0.0, 0.33)]
+    if stochastic:
+        r = int(rng.choice(stochastic[1:] or stochastic))
+        i = _knob_step(rng, r, n_r, stochastic)
+        if i is not None:
+            where = np.append(where, cu[r] + 1 + i)
+    if where.size == 0 and others.size:
+        where = others[rng.integers(others.size, size=1)]
+    draft_ids[where] = padded_ids(rng, where.size, v_eff)

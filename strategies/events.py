@@ -1,0 +1,167 @@
+"""What a drawn batch exercises: labels for `hypothesis.event` and for the meta-tests.
+
+`decision_knobs(batch)` reads the knobs off the batch itself (not off the draw), so
+the meta-tests check what the properties actually receive. It walks the acceptance
+tests of SPEC section 4 in float64 with the SPEC uniforms, only to label the draw
+(which tests are evaluated, their acceptance probability, whether a rejection's
+residual is empty); no property relies on it.
+
+Imports only NumPy, Hypothesis and the contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import event
+
+from rs_verify.spec import philox, probs
+from rs_verify.spec.batch import SpecBatch
+
+ACCEPT_BAND = (0.1, 0.95)  # acceptance probabilities where the uniform u decides
+
+STOCHASTIC = "stochastic acceptance decision"
+IN_BAND = "acceptance probability in [0.1, 0.95]"
+REJECTED = "rejected draft: residual resample"
+PADDED_MODEL = "padded draft with model logits"
+EMPTY_RESIDUAL = "empty residual"
+TIE = "exact tie in target logits"
+MIXED = "greedy and stochastic requests in one batch"
+ONE_HOT = "one-hot drafts: stochastic decision"
+MODEL_T = "model drafts at T != 1: stochastic decision"
+
+DECISION_KNOBS = (STOCHASTIC, IN_BAND, REJECTED, PADDED_MODEL, EMPTY_RESIDUAL, TIE, MIXED, ONE_HOT, MODEL_T)
+
+
+def block_knobs(block: int) -> tuple[str, str]:
+    """The vocab knobs of a sampler with vocabulary block `block`."""
+    return f"multi-block vocab (V > {block})", f"partial tail block (V > {block}, V % {block} != 0)"
+
+
+@dataclass(frozen=True)
+class Test:
+    """One acceptance test that SPEC section 4 evaluates for a stochastic request."""
+
+    request: int
+    step: int
+    draft: int
+    padded: bool  # a padded or out-of-range draft: rejected without a test
+    probability: float  # min(1, p(d) / q(d)) (q = 1 for one-hot drafts); 0 when padded
+    accepted: bool
+    empty_residual: bool  # rejected model draft whose max(p - q, 0) has no positive mass
+
+
+def acceptance_tests(batch: SpecBatch) -> list[Test]:
+    """The acceptance tests of every stochastic request, up to and including its first rejection."""
+    r_count = batch.num_reqs
+    if r_count == 0 or batch.num_logits == 0:
+        return []
+    cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
+    v = batch.effective_vocab_size
+    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        p = probs.target_probs(batch)
+        q = probs.draft_probs(batch)
+        seeds = np.asarray(batch.seeds)[probs.row_states(batch)]
+        u = np.maximum(philox.rand(seeds, np.asarray(batch.pos)), philox.TINY).astype(np.float64)
+        tests = []
+        for r in range(r_count):
+            if temps[r] == 0:
+                continue
+            for i, d in enumerate(batch.draft_tokens(r)):
+                j = int(cu[r] + i)
+                d = int(d)
+                if not 0 <= d < v:
+                    tests.append(Test(r, i, d, True, 0.0, False, False))
+                    break
+                qd = q[j, d] if q is not None else 1.0
+                prob = 0.0 if p[j, d] == 0 else 1.0 if p[j, d] >= qd else float(p[j, d] / qd)
+                accepted = bool(np.log(p[j, d]) > np.log(u[j]) + (np.log(q[j, d]) if q is not None else 0.0))
+                empty = bool(q is not None and not accepted and not (p[j] - q[j] > 0).any())
+                tests.append(Test(r, i, d, False, prob, accepted, empty))
+                if not accepted:
+                    break
+    return tests
+
+
+def _has_tie(batch: SpecBatch) -> bool:
+    """Some row has >= 2 exactly equal maxima over [0, V') and is not flat there."""
+    h = np.asarray(batch.target_logits)[:, : batch.effective_vocab_size]
+    if h.shape[0] == 0 or h.shape[1] < 3:
+        return False
+    ties = (h == h.max(axis=1, keepdims=True)).sum(axis=1)
+    return bool(((ties >= 2) & (ties < h.shape[1])).any())
+
+
+def decision_knobs(batch: SpecBatch, block_sizes=()) -> set[str]:
+    """The knobs of `DECISION_KNOBS` (and `block_knobs(b)` for `b` in `block_sizes`) the batch has."""
+    tests = acceptance_tests(batch)
+    real = [t for t in tests if not t.padded and t.probability > 0]
+    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    model = batch.draft_logits is not None
+    knobs = set()
+    if real:
+        knobs.add(STOCHASTIC)
+        if not model:
+            knobs.add(ONE_HOT)
+        elif any(temps[t.request] != 1 for t in real):
+            knobs.add(MODEL_T)
+    if any(ACCEPT_BAND[0] <= t.probability <= ACCEPT_BAND[1] for t in real):
+        knobs.add(IN_BAND)
+    if any(not t.padded and not t.accepted for t in tests):
+        knobs.add(REJECTED)
+    if model and any(t.padded for t in tests):
+        knobs.add(PADDED_MODEL)
+    if any(t.empty_residual for t in tests):
+        knobs.add(EMPTY_RESIDUAL)
+    if _has_tie(batch):
+        knobs.add(TIE)
+    if (temps == 0).any() and (temps > 0).any():
+        knobs.add(MIXED)
+    v = batch.vocab_size
+    for b in block_sizes:
+        multi, tail = block_knobs(b)
+        if v > b:
+            knobs.add(multi)
+            if v % b:
+                knobs.add(tail)
+    return knobs
+
+
+def stochastic_decisions(batch: SpecBatch) -> int:
+    """How many acceptance tests with `p(d) > 0` the batch's stochastic requests evaluate."""
+    return sum(1 for t in acceptance_tests(batch) if not t.padded and t.probability > 0)
+
+
+def _bucket(n: int) -> str:
+    return "0" if n == 0 else "1-3" if n <= 3 else "4-9" if n <= 9 else "10+"
+
+
+def label_decisions(batch: SpecBatch, block_sizes=()) -> None:
+    """`hypothesis.event` for every decision knob the batch has and its count of decisions."""
+    for knob in sorted(decision_knobs(batch, block_sizes)):
+        event(knob)
+    event(f"stochastic acceptance decisions: {_bucket(stochastic_decisions(batch))}")
+
+
+def label_structure(batch, mode, dtype, temp_kind, kinds, patterns, lp_mode, masked, idx) -> None:
+    """Structural labels of a draw (shown by `--hypothesis-show-statistics`)."""
+    R, V = batch.num_reqs, batch.vocab_size
+    event(f"drafts: {mode}")
+    event(f"logits_dtype: {dtype}")
+    mixed = f" ({'/'.join(sorted(set(kinds)))})" if temp_kind == "mixed" and kinds else ""
+    event(f"temperature: {temp_kind}{mixed}")
+    for p in sorted(set(patterns)):
+        event(f"pattern: {p}")
+    event(f"logprobs: {lp_mode}")
+    event(f"S > R: {batch.num_states > R}")
+    event(f"idx_mapping shuffled: {not np.array_equal(idx, np.arange(R))}")
+    verified = np.concatenate([batch.draft_tokens(r) for r in range(R)]) if R else np.zeros(0)
+    event(f"padded drafts: {bool((verified < 0).any())}")
+    event(f"masks: {masked}")
+    bucket = "1" if V == 1 else "2-16" if V <= 16 else "17-129" if V <= 129 else ">129"
+    event(f"vocab: {bucket}")
+    if batch.draft_logits is not None:
+        event(f"Vd < V: {batch.draft_vocab_size < V}")
+    event(f"R: {R}")
