@@ -6,6 +6,7 @@ from ..properties.assertions import sampler_name, supports_chunking, uses_spec_s
 from ..properties.registry import NEEDS, Context, Property
 from . import device as devices
 from . import profiles
+from .declared import declared
 
 
 def capabilities(ctx: Context) -> set[str]:
@@ -42,12 +43,21 @@ def current_device() -> str:
 
 
 def make_context(sampler, reference=None, *, profile: str | None = None, device: str | None = None) -> Context:
+    """The context of one property run: the profile's batch sizes, narrowed to what the sampler
+    declares it supports (SPEC section 10; `rs_verify.engine.declared`)."""
     name = profile or profiles.active()
+    kwargs = profiles.batch_kwargs(name)
+    narrowed = declared(sampler).strategy_kwargs()
+    k_min = narrowed.pop("min_spec_steps", 0)
+    if k_min:  # every request verifies at least that many drafts (so K >= k_min too)
+        kwargs["min_drafts"] = k_min
+        kwargs["max_spec_steps"] = max(kwargs.get("max_spec_steps", k_min), k_min)
+    kwargs.update(narrowed)
     return Context(
         sampler=sampler,
         reference=reference,
         profile=name,
-        batch_kwargs=profiles.batch_kwargs(name),
+        batch_kwargs=kwargs,
         device=device or current_device(),
     )
 

@@ -52,7 +52,8 @@ class Declared:
             if dtype not in self.logits_dtypes:
                 out.append(f"{dtype} logits (logits_dtypes = {sorted(self.logits_dtypes)})")
         if self.min_spec_steps:
-            out.append(f"batches with K < {self.min_spec_steps} (min_spec_steps = {self.min_spec_steps})")
+            out.append(f"requests with fewer than {self.min_spec_steps} drafts, K = 0 included "
+                       f"(min_spec_steps = {self.min_spec_steps})")
         return out
 
 

@@ -22,6 +22,7 @@ from rich.table import Table
 from ..engine import bundle as bundles
 from ..engine import database, device, isolation, profiles, replay, runner
 from ..engine.baseline import DEFAULT_MAX_SLOWDOWN, DEFAULT_TIMING_TABLE, MODES, open_baseline, require_reference
+from ..engine.declared import declared
 from ..engine.samplers import BUILTIN, load_sampler
 from ..engine.versions import versions
 from ..properties import NEEDS, PROPERTIES, by_cost
@@ -108,6 +109,7 @@ def cmd_check(args) -> int:
         if res.failure is not None:
             console.print(res.failure.text(), markup=False, highlight=False)
     _print_summary(console, args.sampler, results)
+    _print_not_exercised(console, sampler)
     missing = False
     if baseline:
         timing = next((r.stats.get("timing_table") for r in results if r.name == "baseline_speed"), None)
@@ -121,6 +123,13 @@ def cmd_check(args) -> int:
         console.print(f"report: {paths['markdown']}, {paths['json']} and {len(paths['plots'])} plot(s) in "
                       f"{args.report}", markup=False, highlight=False)
     return 1 if missing or any(r.status == "failed" for r in results) else 0
+
+
+def _print_not_exercised(console, sampler) -> None:
+    missing = declared(sampler).not_exercised()
+    if missing:
+        console.print("not exercised (declared away by the sampler, SPEC section 10): " + "; ".join(missing),
+                      markup=False)
 
 
 def _print_summary(console, sampler_spec: str, results) -> None:

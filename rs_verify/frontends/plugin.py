@@ -351,6 +351,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for nodeid, reason in skipped:
             name = nodeid.removeprefix("rs-verify::")
             terminalreporter.write_line(f"{nodeid}: {reason.removeprefix('Skipped: ').removeprefix(name + ': ')}")
+    gate = config.stash.get(GATE_KEY, None)
+    if gate is not None and gate.enabled:
+        from ..engine.declared import declared  # lazy: see the note at the top
+
+        try:
+            missing = declared(gate.sampler()).not_exercised()
+        except BaseException:  # noqa: BLE001 - a sampler that cannot load was reported on every item
+            missing = []
+        if missing:
+            terminalreporter.section("rs-verify: not exercised (declared away by the sampler)")
+            for what in missing:
+                terminalreporter.write_line(what)
     passed = _gate_reports(terminalreporter, "passed")
     checks = [r.nodeid for r in passed if _properties(r).get(SELF_CHECK_PROPERTY)]
     trusted = [(r.nodeid, _properties(r)[SELF_REPORTED_PROPERTY]) for r in passed

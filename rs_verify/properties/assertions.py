@@ -98,6 +98,14 @@ def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, **
     return out, report
 
 
+def as_declared(batch: SpecBatch, sampler) -> SpecBatch:
+    """A fixed campaign's batch without logprobs for a sampler that declares it computes none
+    (SPEC section 10 `supports_logprobs`); generated batches are narrowed by the strategies."""
+    if batch.num_logprobs is not None and not getattr(sampler, "supports_logprobs", True):
+        return batch.replace(num_logprobs=None)
+    return batch
+
+
 def sampler_name(sampler) -> str:
     return str(getattr(sampler, "name", type(sampler).__name__))
 

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
-from .assertions import assert_same_output, assert_same_request, call, event
+from .assertions import as_declared, assert_same_output, assert_same_request, call, event
 from .inputs import batch_and_cap, batches, decision_rich
 from .memory import large_batch
 from .registry import register
@@ -98,7 +98,7 @@ LARGE = {"dev": (16, 4, 256, 2), "ci": (16, 4, 256, 2), "gpu": (64, 8, 152064, 3
 def determinism_large_batch(ctx, _drawn) -> None:
     """Repeats of one large batch (model drafts, processed logprobs) are bit-identical, global generators reseeded."""
     r, k, v, calls = LARGE.get(ctx.profile, LARGE["dev"])
-    batch = large_batch(r=r, k=k, v=v, seed=17)
+    batch = as_declared(large_batch(r=r, k=k, v=v, seed=17), ctx.sampler)
     first = call(ctx.sampler, batch, reseed=1)
     for i in range(1, calls):
         again = call(ctx.sampler, batch, reseed=1 + i)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec.batch import SpecBatch
-from .assertions import call, call_with_report, event
+from .assertions import as_declared, call, call_with_report, event
 from .registry import PropertyFailure, register
 from .inputs import batch_and_cap
 
@@ -54,7 +54,7 @@ def large_batch(r: int = 64, k: int = 4, v: int = 152064, seed: int = 5):
 @register("peak_memory_within_cap", "memory", needs=("cuda", "chunking"))
 def peak_memory_within_cap(ctx, _drawn) -> None:
     """On CUDA, a chunked call's peak memory beyond its inputs is at most the cap + 64 MiB."""
-    batch = large_batch()
+    batch = as_declared(large_batch(), ctx.sampler)
     cap_bytes = 32 * 2**20
     cap_rows = max(1, cap_bytes // (batch.vocab_size * 4))
     inputs = batch.target_logits.nbytes + batch.draft_logits.nbytes  # float32 inputs on the device
