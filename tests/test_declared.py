@@ -1,0 +1,48 @@
+"""Declared capabilities (SPEC section 10): the strategies draw only what a sampler supports, and
+the gate says what it therefore did not exercise."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rs_verify.engine.context import make_context
+from rs_verify.engine.declared import Declared, declared
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Toy:
+    name = "toy"
+    supports_logprobs = False
+    draft_modes = {"model"}
+    logits_dtypes = {"float32"}
+    min_spec_steps = 2
+
+    def __call__(self, batch, **kw):  # pragma: no cover - never called here
+        raise AssertionError
+
+
+def test_declarations_narrow_the_strategies():
+    ctx = make_context(_Toy(), profile="ci")
+    kw = ctx.batch_kwargs
+    assert kw["logprobs"] == (None,) and kw["draft_modes"] == ("model",) and kw["logits_dtypes"] == ("float32",)
+    assert kw["min_drafts"] == 2 and kw["max_spec_steps"] >= 2
+    missing = " ".join(declared(_Toy()).not_exercised())
+    for what in ("logprobs", "one-hot drafts", "bfloat16", "float16", "fewer than 2 drafts"):
+        assert what in missing
+    assert Declared().not_exercised() == []  # the SPEC defaults exercise everything
+
+
+def test_triton_sampler_without_logprobs_passes_on_cpu_without_device_options(tmp_path):
+    """From an empty directory, no --rs-device and no TRITON_INTERPRET: the suite picks the
+    interpreter itself, draws no logprobs, passes, and says logprobs were not exercised."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "RS_VERIFY_DEVICE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "pytest", "-p", "rs_verify", "--rs-sampler=examples.no_logprobs:NoLogprobsSampler",
+           "--rs-profile", "ci", "-q", "-p", "no:cacheprovider", "-k",
+           "output_invariants or certified_equivalence"]
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0 and "2 passed" in text, text
+    assert "not exercised" in text and "supports_logprobs = False" in text, text
