@@ -177,3 +177,16 @@ def test_corrupt_or_foreign_bundle_is_rejected(tmp_path, case):
     with pytest.raises(bundle.BundleError) as info:
         bundle.load(path)
     assert isinstance(info.value, ValueError) and str(path) in str(info.value)
+
+
+def test_derandomized_failure_lands_in_the_same_bundle_on_every_rerun(tmp_path):
+    """The ci profile bounds shrinking by a count of candidates, not by wall time: a rerun shrinks
+    to the same example and writes the same bundle file (its name is a hash of the content)."""
+    prop = _toy_property()
+    paths = []
+    for _ in range(2):
+        ctx = runner.make_context(sampler=lambda b, **kw: None, profile="ci", device="cpu")
+        res = runner.run(prop, ctx, settings(settings.get_profile("ci"), max_examples=100), bundle_dir=tmp_path,
+                         sampler_spec="pkg.mod:sampler")
+        paths += res.bundles
+    assert len(paths) == 2 and paths[0] == paths[1]

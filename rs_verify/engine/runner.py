@@ -35,6 +35,7 @@ class _Capture:
         self.by_exc: dict[int, tuple[BaseException, object]] = {}
         self.first_at: int | None = None
         self.first_time: float | None = None
+        self.after_first = 0  # examples tried after the first failure (shrink candidates)
 
     def record(self, exc: BaseException, drawn, index: int) -> None:
         self.by_exc[id(exc)] = (exc, drawn)
@@ -70,6 +71,7 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
         return lambda: check(None)
 
     budget = profiles.shrink_seconds(ctx.profile)
+    calls = profiles.shrink_calls(ctx.profile)
 
     @_settings_for(prop, ctx, base)
     @given(prop.strategy(ctx))
@@ -79,9 +81,12 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
         # Hypothesis's own shrink deadline (`_shrink_deadline`) ends the shrink phase, so
         # Hypothesis reports the smallest failure found so far (its final replay, `is_final`,
         # always runs the real check).
-        if (capture.first_time is not None and time.monotonic() - capture.first_time > budget
-                and not current_build_context().is_final):
-            return
+        # A derandomized profile counts candidates instead (deterministic: the same shrunk example,
+        # hence the same bundle name, on every rerun); the time budget is then a safety net.
+        if capture.first_time is not None and not current_build_context().is_final:
+            capture.after_first += 1
+            if time.monotonic() - capture.first_time > budget or (calls is not None and capture.after_first > calls):
+                return
         check(drawn)
 
     @functools.wraps(test)
