@@ -6,12 +6,14 @@ from decisions far from the uniform `u`. This strategy keeps every field of
 `spec_batches` reachable but tilts the draw towards decisions a wrong sampler gets
 wrong:
 
-- most requests are stochastic (greedy one request in eight), `K >= 1` and most
-  requests verify at least one draft;
-- model drafts are close to the target (`q = softmax((x + T * sigma * noise) / T)`,
-  `sigma` log-uniform in [0.1, 2]) and drafted *from q* by Gumbel-max with the SPEC
-  noise at `pos + 2**30`, so acceptance probabilities `min(1, p(d) / q(d))` spread
-  over (0, 1]; one-hot drafts are drawn the same way from a proposal close to p;
+- most requests are stochastic (greedy one request in six, and never all of them),
+  `K >= 1`, three requests in eight verify `K` drafts and seven in eight at least one;
+  stochastic targets mostly have a processed scale that keeps p spread out;
+- model drafts are close to the target (`q = softmax((x + T * sigma * noise) / T)`)
+  and drafted *from q* by Gumbel-max with the SPEC noise at `pos + 2**30`, so the
+  acceptance probabilities `min(1, p(d) / q(d))` spread over (0, 1]; one-hot drafts
+  are drawn the same way from a proposal close to p; 15% of stochastic requests keep
+  the broad strategy's drafts (argmax-leaning ids, unrelated draft rows);
 - padded drafts (-1 and other negatives) placed in stochastic requests, often at
   step 0 (so the step is reached), with model draft logits;
 - target and draft saturated on the same token with a draft the drafter gave no
@@ -93,7 +95,8 @@ def decision_batches(
 
     * `min_reqs`, `max_reqs`: bounds of the request count `R`.
     * `max_spec_steps`, `min_drafts`: `K` is drawn in `[max(1, min_drafts), max_spec_steps]`;
-      `n_r` is `K` or in `[max(1, min_drafts), K]`, and one request in eight in `[min_drafts, K]`.
+      `n_r` is `K` (three requests in eight), in `[max(1, min_drafts), K]` (four in eight) or in
+      `[min_drafts, K]` (one in eight); the first stochastic request verifies a draft.
     * `vocab_sizes`: a strategy or a sequence of target vocab sizes; by default
       `block_edge_vocab_sizes(max_vocab, block_sizes)`.
     * `max_vocab`: the largest default vocab size (ignored when `vocab_sizes` is given).
@@ -103,7 +106,8 @@ def decision_batches(
     * `draft_modes`: some of "model" (two draws in three when both) and "one-hot".
     * `draft_vocab`: allow a draft vocab `Vd < V` for model drafts (one draw in six).
     * `temperatures`: the kinds a request may take, some of "greedy", "one", "random"
-      ("mixed" allows all three); each request draws its own (weights 1 : 3 : 4).
+      ("mixed" allows all three); each request draws its own (weights 1 : 2 : 3), and a
+      batch of greedy requests only gets one stochastic request when others are allowed.
     * `logits_dtypes`, `logprobs`, `max_logprobs`, `max_extra_states`, `seeds`,
       `positions`, `patterns`: as for `spec_batches` (target rows use "random" three
       times in four when it is allowed, a pattern from `patterns` otherwise).
@@ -127,8 +131,8 @@ def decision_batches(
 
 
 def _draft_count(draw, lo, n_lo, K) -> int:
-    """`n_r`: in `[lo, K]` one request in eight, else `K` half the time (the per-request cost of a
-    verify call dominates under an interpreter: long chains are the cheapest decisions), else in
+    """`n_r`: in `[lo, K]` one request in eight, `K` three in eight (the per-request cost of a verify
+    call dominates under an interpreter: long chains are the cheapest decisions), else in
     `[n_lo, K]`. Shrinks to `n_lo`."""
     kind = draw(st.integers(0, 7))
     if kind == 7:

@@ -61,15 +61,16 @@ def log_softmax_processed(rows: np.ndarray, t: float) -> np.ndarray:
 def close_draft_rows(rng, target_rows, vd: int, t: float, sigma: float, dtype: str, bound: float) -> np.ndarray:
     """Draft logits close to the target rows: `x + T * sigma * N(0, 1)` over `[0, vd)`, so the
     processed draft logits differ from the processed target's by `sigma` noise. `-inf`
-    target entries stay `-inf` (a drafter that knows the mask) or, half the time, get
-    finite logits below the row (one that does not: it may then draft a token with p = 0)."""
+    target entries stay `-inf` (a drafter that knows the mask) or, one time in four, get
+    finite logits 2 to 10 (processed) below the row's lowest (one that does not: it may then
+    draft a token with p = 0, rejected whatever u is)."""
     base = np.asarray(target_rows, dtype=np.float64)[:, :vd]
     scale = float(t) if t > 0 else 1.0
     rows = base + rng.standard_normal(base.shape) * (sigma * scale)
     masked = ~np.isfinite(rows)
-    if masked.any() and rng.random() < 0.5:
+    if masked.any() and rng.random() < 0.25:
         low = np.where(masked, np.inf, rows).min(axis=1, keepdims=True)
-        fill = low - rng.uniform(0.0, 4.0 * scale, rows.shape)
+        fill = low - rng.uniform(2.0 * scale, 10.0 * scale, rows.shape)
         rows = np.where(masked & np.isfinite(low), fill, rows)
     finite = np.isfinite(rows)
     rows[finite] = np.clip(rows[finite], -bound, bound)

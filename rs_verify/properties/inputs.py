@@ -21,11 +21,15 @@ from strategies import DEFAULT_BLOCK_SIZES, INVALID_CLASSES, chunk_caps, decisio
 
 
 def block_sizes(ctx) -> tuple[int, ...]:
-    """Vocabulary block sizes the drawn vocabularies straddle: the defaults and, when the sampler
-    declares an int `block_v` (the built-in Triton sampler does), its own block."""
+    """Vocabulary block sizes the drawn vocabularies straddle. A sampler that declares an int
+    `block_v` below the profile's largest vocabulary (the built-in Triton sampler does) gets
+    vocabularies around its own block: a few tiles each, so multi-block reductions and partial
+    tail tiles run at little cost under the interpreter. Otherwise the defaults (16 to 128, 1024)."""
     own = getattr(ctx.sampler, "block_v", None)
-    extra = (own,) if isinstance(own, int) and not isinstance(own, bool) and own >= 1 else ()
-    return tuple(sorted(set(DEFAULT_BLOCK_SIZES + extra)))
+    max_vocab = ctx.batch_kwargs.get("max_vocab", 1025)
+    if isinstance(own, int) and not isinstance(own, bool) and 1 <= own < max_vocab:
+        return (own,)
+    return DEFAULT_BLOCK_SIZES
 
 
 def batches(ctx):
