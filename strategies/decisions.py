@@ -178,7 +178,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     Vd = None
     if mode == "model":
         Vd = V
-        if cfg["draft_vocab"] and V >= 2 and rare(draw, 6):
+        if cfg["draft_vocab"] and V >= 2 and rare(draw, 3):
             Vd = draw(st.integers(1, V - 1))
     v_eff = V if Vd is None else Vd
     dtype = draw(st.sampled_from(cfg["dtypes"]))
@@ -225,6 +225,8 @@ def _decision_batches(draw, cfg) -> SpecBatch:
             rows = shift_rows(rows, rng.uniform(-1.0, 1.0, n_r[r] + 1) * min(MAX_OFFSET, bounds[r] / 4), dtype,
                               bounds[r])
         target[cu[r] : cu[r + 1]] = rows
+    if v_eff < V:
+        _heavy_tail(rng, target, v_eff, cu, bounds, dtype)
     if tied:
         _tie_maxima(rng, target, v_eff)
     if masked:
@@ -273,6 +275,21 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
     label_decisions(batch, cfg["block_sizes"])
     return batch
+
+
+def _heavy_tail(rng, target, v_eff, cu, bounds, dtype) -> None:
+    """Target tokens `[V', V)` that no draft can propose, and that p excludes (SPEC section 1),
+    given logits at or above the row's largest in `[0, V')` on about half the rows: a sampler that
+    normalises or takes its argmax over `V` instead of `V'` then moves every decision of the row
+    (in place)."""
+    for r in range(len(cu) - 1):
+        for j in range(int(cu[r]), int(cu[r + 1])):
+            head = target[j, :v_eff]
+            finite = head[np.isfinite(head)]
+            if finite.size and rng.random() < 0.5:
+                top = float(finite.max()) + rng.uniform(0.0, 3.0, target.shape[1] - v_eff)
+                tail = np.minimum(top, bounds[r]).astype(np.float32)
+                target[j, v_eff:] = round_to_dtype(tail, dtype)
 
 
 def _tie_maxima(rng, target, v_eff) -> None:

@@ -62,7 +62,7 @@ def _sweep(strategy, digest: str, n: int = CI_EXAMPLES) -> list:
     drawn = []
 
     def record(batch):
-        drawn.append(batch)
+        drawn.append(batch[0] if isinstance(batch, tuple) else batch)  # determinism draws (batch, seed)
 
     test = settings(FAST, max_examples=n, derandomize=True, phases=[Phase.generate])(given(strategy)(record))
     test.hypothesis.inner_test._hypothesis_internal_add_digest = digest.encode()
