@@ -178,7 +178,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     Vd = None
     if mode == "model":
         Vd = V
-        if cfg["draft_vocab"] and V >= 2 and rare(draw, 3):
+        if cfg["draft_vocab"] and V >= 2 and rare(draw, 6):
             Vd = draw(st.integers(1, V - 1))
     v_eff = V if Vd is None else Vd
     dtype = draw(st.sampled_from(cfg["dtypes"]))
@@ -207,6 +207,11 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     rng = np.random.default_rng([draw(st.integers(0, 2**32 - 1)), zlib.crc32(repr(structure).encode())])
 
     # ---- contents, filled by NumPy ----
+    if mode == "model" and Vd == V and cfg["draft_vocab"] and V >= 2 and rng.random() < 0.25:
+        # More draft vocabularies below the target's, drawn from the content generator so that the
+        # structural draws (and every knob's reach within the ci budget) stay as they are.
+        Vd = int(rng.integers(1, V))
+        v_eff = Vd
     S = R + extra
     cu = row_offsets(n_r)
     idx = rng.permutation(S)[:R] if shuffled else np.arange(R)

@@ -81,7 +81,7 @@ def output_invariants(ctx, drawn) -> None:
         raise PropertyFailure(f"{exc}{copies_note(drawn)}", batch=drawn, details=exc.details) from None
 
 
-@register("greedy_chain", "invariants", strategy=batches)
+@register("greedy_chain", "invariants", strategy=decision_rich)
 def greedy_chain(ctx, batch) -> None:
     """Greedy requests (T = 0) emit exactly the argmax chain, lowest index on ties."""
     out = call(ctx.sampler, batch)
