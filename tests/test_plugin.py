@@ -127,3 +127,39 @@ def test_sampler_that_cannot_load_fails_cleanly(gate):
                                        "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*cannot load the sampler (--rs-sampler) 'no_such_module:thing'*"])
+
+
+WARNING_SAMPLER = '''
+import torch
+import triton
+import triton.language as tl
+
+from examples.torch_sampler import TorchSampler
+
+
+@triton.jit
+def _masked_exp(x_ptr, o_ptr):
+    x = tl.load(x_ptr + tl.arange(0, 4))
+    tl.store(o_ptr + tl.arange(0, 4), tl.exp(x) / (x - x))  # overflow, 1/0 and 0/0: NumPy warns
+
+
+class Sampler(TorchSampler):
+    def __call__(self, batch, **kw):
+        _masked_exp[(1,)](torch.tensor([1e3, 0.0, -1e3, 1.0]), torch.empty(4))
+        return super().__call__(batch, **kw)
+'''
+
+
+@pytest.mark.parametrize("isolate", ["off", "property"])
+def test_interpreter_warnings_are_filtered(gate, isolate):
+    """The interpreter's NumPy RuntimeWarnings (IEEE overflow inside a kernel) are not the sampler's
+    fault: neither printed nor turned into errors by a project's `filterwarnings = error`, in the
+    pytest process (isolation off) or in the sampler's child process (`-s`: its stderr is shown)."""
+    gate.makepyfile(warny=WARNING_SAMPLER)
+    gate.makeini("[pytest]\nfilterwarnings =\n    error\n")
+    result = gate.runpytest_subprocess("-p", "rs_verify", "--rs-sampler=warny:Sampler", "--rs-device", "cpu",
+                                       "--rs-profile", "ci", f"--rs-isolate={isolate}", "-k", "determinism and not large",
+                                       "-p", "no:cacheprovider", "-s")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str() + result.stderr.str()
+    assert "RuntimeWarning" not in out and "warnings summary" not in out, out

@@ -27,6 +27,7 @@ from pathlib import Path
 
 DEVICES = ("cpu", "cuda")
 COMPILE = "compile"  # ahead-of-time compile for a GPU target: the interpreter off, no GPU needed
+INTERPRETER_MODULE = r"triton\.runtime\.interpreter"
 _NVIDIA_MARKERS = ("/proc/driver/nvidia/version", "/dev/nvidiactl")
 
 
@@ -71,6 +72,18 @@ def _use_interpreter() -> None:
         warnings.warn("rs-verify: triton was imported before the device was chosen; kernels decorated "
                       "already will not run through the interpreter", stacklevel=3)
     os.environ["TRITON_INTERPRET"] = "1"
+    quiet_interpreter()
+
+
+def quiet_interpreter() -> None:
+    """Ignore the NumPy RuntimeWarnings the interpreter raises while it runs a kernel.
+
+    The interpreter evaluates `tl` ops with NumPy, so IEEE overflow, `0 / 0` or `exp(-inf)`
+    inside a kernel (well defined on a GPU, and common in samplers that mask with -inf) warn
+    from `triton.runtime.interpreter`; a correct sampler printed dozens of them. Only warnings
+    raised from that module are ignored, in this process and in pytest's per-test filters.
+    """
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=INTERPRETER_MODULE)
 
 
 def resolve(requested: str | None = None) -> str:

@@ -189,6 +189,9 @@ def pytest_configure(config):
     config.stash[GATE_KEY] = gate
     if gate.enabled or gate.device:
         gate.device = _choose_device(gate.device, gate.profile)
+        # after the project's own filters, so a `filterwarnings = error` does not turn the
+        # interpreter's NumPy warnings into failures (engine/device.py: quiet_interpreter)
+        config.addinivalue_line("filterwarnings", f"ignore::RuntimeWarning:{devices.INTERPRETER_MODULE}")
     baseline_gate.configure(config, gate)
     if gate.profile:
         from ..engine import profiles  # lazy: see the note at the top

@@ -18,8 +18,33 @@ from .transforms import copies_note, reseeded_copies
 RESIDUAL_RTOL = 1e-4
 
 
-def _fail(batch, r, msg):
-    raise PropertyFailure(f"request {r}: {msg}", batch=batch, details={"request": r})
+def _fail(batch, r, msg, step=None):
+    details = {"request": r} if step is None else {"request": r, "step": step}
+    raise PropertyFailure(f"request {r}: {msg}", batch=batch, details=details)
+
+
+def step_facts(batch, r, i, p, q) -> str:
+    """What decided step `i` of request `r`: the draft id, p(d), q(d) and the residual mass.
+
+    One-hot drafts have q(d) = 1; the residual mass is sum over [0, V') of max(p - q, 0),
+    and a mass of 0 means SPEC section 4's fallback to p.
+    """
+    j = int(batch.cu_num_logits[r] + i)
+    drafts = batch.draft_tokens(r)
+    if i >= len(drafts):
+        return f"bonus step {i} (all {len(drafts)} drafts accepted; samples p)"
+    d = int(drafts[i])
+    if not 0 <= d < p.shape[1]:
+        return f"draft d = {d} (padded: a rejection resamples from p)"
+    if q is None:
+        qrow = np.zeros(p.shape[1])
+        qrow[d] = 1.0
+    else:
+        qrow = q[j]
+    mass = float(np.maximum(p[j] - qrow, 0.0).sum())
+    kind = "one-hot" if q is None else "model"
+    return (f"{kind} draft d = {d}, p(d) = {p[j, d]:.6g}, q(d) = {qrow[d]:.6g}, "
+            f"residual mass sum max(p - q, 0) = {mass:.6g}" + (" (empty: falls back to p)" if mass == 0 else ""))
 
 
 def check_output_invariants(batch, out) -> None:
@@ -41,16 +66,18 @@ def check_output_invariants(batch, out) -> None:
         bad = (tokens < 0) | (tokens >= v)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            _fail(batch, r, f"step {i} emitted token {tokens[i]} outside [0, V' = {v})")
+            _fail(batch, r, f"step {i} emitted token {tokens[i]} outside [0, V' = {v}); "
+                            f"{step_facts(batch, r, i, p, q)}", step=i)
         drafts = batch.draft_tokens(r)
         if (tokens[: m - 1] != drafts[: m - 1]).any():
             i = int(np.flatnonzero(tokens[: m - 1] != drafts[: m - 1])[0])
-            _fail(batch, r, f"accepted tokens are not a prefix of the drafts: step {i} emitted {tokens[i]}, "
-                            f"draft was {drafts[i]}")
+            _fail(batch, r, f"accepted tokens are not a prefix of the drafts: step {i} emitted {tokens[i]} "
+                            f"and later steps followed; {step_facts(batch, r, i, p, q)}", step=i)
         for i, t in enumerate(tokens):
             j = int(cu[r] + i)
             if not np.isfinite(batch.target_logits[j, t]):  # p > 0 exactly when the logit is finite
-                _fail(batch, r, f"step {i} emitted token {t} with p = 0 (logit {batch.target_logits[j, t]})")
+                _fail(batch, r, f"step {i} emitted token {t} with p = 0 (logit {batch.target_logits[j, t]}); "
+                                f"{step_facts(batch, r, i, p, q)}", step=i)
         last = m - 1
         if last < n_r and temps[r] > 0:  # a rejection at step `last`: check the residual
             _check_resample(batch, r, last, int(tokens[last]), int(drafts[last]), p, q)
@@ -61,13 +88,14 @@ def _check_resample(batch, r, i, token, draft, p, q) -> None:
     if draft < 0 or draft >= p.shape[1]:
         return  # a padded draft resamples from p: covered by the p > 0 check
     if token == draft:
-        _fail(batch, r, f"step {i} rejected draft {draft} and emitted it again")
+        _fail(batch, r, f"step {i} rejected draft {draft} and emitted it again; {step_facts(batch, r, i, p, q)}",
+              step=i)
     if q is None:
         return
     resid = p[j] - q[j]
     if (resid > 0).any() and resid[token] < -RESIDUAL_RTOL * (p[j, token] + q[j, token]):
         _fail(batch, r, f"step {i} resampled token {token} with p = {p[j, token]:.6g} < q = {q[j, token]:.6g}: "
-                        "outside the residual max(p - q, 0)")
+                        f"outside the residual max(p - q, 0); {step_facts(batch, r, i, p, q)}", step=i)
 
 
 @register("output_invariants", "invariants", strategy=decision_rich)
