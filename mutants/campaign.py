@@ -37,13 +37,11 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import time
-import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 
 from hypothesis import settings
-from hypothesis.errors import HypothesisWarning
 from hypothesis.internal.conjecture import engine as conjecture_engine
 from hypothesis.reporting import with_reporter
 from rich.console import Console
@@ -179,8 +177,7 @@ def run_mutant(catalogue: str, name: str, *, profile: str | None = None, max_exa
     def spent() -> bool:
         return budget is not None and time.perf_counter() - start > budget
 
-    with with_reporter(lambda _msg: None), warnings.catch_warnings():
-        warnings.simplefilter("ignore", HypothesisWarning)  # e.g. "overly large repr" of a failing batch
+    with with_reporter(lambda _msg: None):  # the runner silences Hypothesis's repr warnings
         for pname in names:
             result.cells.append(Cell(pname, NOT_RUN) if spent() or (first_kill and result.killed) else
                                 run_cell(pname, no_shrink if result.killed else base))

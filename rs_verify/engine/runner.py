@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import warnings
 
 from hypothesis import given, settings
 from hypothesis.control import current_build_context
+from hypothesis.errors import HypothesisWarning
 from hypothesis.internal.conjecture import engine as conjecture_engine
 from hypothesis.reporting import current_reporter, with_reporter
 
@@ -103,11 +105,14 @@ def hypothesis_test(prop: Property, ctx: Context, base: settings | None = None, 
 def _shrink_deadline(seconds: float):
     """Hypothesis's shrink-phase deadline set to `seconds` (its documented, monkeypatchable
     `MAX_SHRINKING_SECONDS`, 300 s by default) and its warning about it silenced: candidates that
-    pass without running still cost a draw each, which for large inputs adds minutes."""
+    pass without running still cost a draw each, which for large inputs adds minutes.
+    Hypothesis's "overly large repr" warning about a failing batch is silenced too: the failure
+    is reported by its record (summary, bundle, short reproducer), not by Hypothesis's repr."""
     saved = conjecture_engine.MAX_SHRINKING_SECONDS
     conjecture_engine.MAX_SHRINKING_SECONDS = min(saved, seconds)
     try:
-        with with_reporter(_quiet_shrink_warning(current_reporter())):
+        with with_reporter(_quiet_shrink_warning(current_reporter())), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Generating overly large repr", category=HypothesisWarning)
             yield
     finally:
         conjecture_engine.MAX_SHRINKING_SECONDS = saved
