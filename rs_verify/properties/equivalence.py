@@ -1,5 +1,5 @@
 """Equivalence properties (SPEC sections 7 and 8): chunked == full, black-box chunking,
-batch invariance (permutation, split, merge) and determinism, all bit for bit."""
+batch invariance (alone, split, permuted and merged) and determinism, all bit for bit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
 from .assertions import as_declared, assert_same_output, assert_same_request, call, event
-from .inputs import batch_and_cap, batches, decision_rich
+from .inputs import batch_and_cap, decision_rich
 from .memory import large_batch
 from .registry import register
 from .transforms import merge_unrelated
@@ -36,40 +36,43 @@ def blackbox_chunking(ctx, drawn) -> None:
     assert_same_output(out, _full(ctx, batch), what=f"sub-batches of cap {cap} vs full batch", batch=batch)
 
 
-def _batch_and_transform(ctx):
-    return st.tuples(batches(ctx), st.sampled_from(["permute", "split", "merge"]), st.integers(0, 2**32 - 1))
-
-
-@register("batch_invariance", "equivalence", strategy=_batch_and_transform)
-def batch_invariance(ctx, drawn) -> None:
-    """Permuting, splitting or merging the batch with unrelated requests leaves each request bit-identical."""
-    batch, kind, seed = drawn
-    event(f"transform: {kind}")
-    rng = np.random.default_rng(seed)
-    full = _full(ctx, batch)
-    r = batch.num_reqs
-    if kind == "permute":
-        perm = rng.permutation(r)
-        out = _full(ctx, select_requests(batch, perm))
-        sub = select_requests(batch, perm)
-        for new, old in enumerate(perm):
-            assert_same_request(out, sub, new, full, batch, int(old), what="permuted batch", batch=batch)
-    elif kind == "split":
-        mask = rng.random(r) < 0.5
-        for part in (np.flatnonzero(mask), np.flatnonzero(~mask)):
-            sub = select_requests(batch, part)
-            out = _full(ctx, sub)
-            for new, old in enumerate(part):
-                assert_same_request(out, sub, new, full, batch, int(old), what="split batch", batch=batch)
-    else:
-        merged, where = merge_unrelated(batch, rng)
-        out = _full(ctx, merged)
-        for old, new in enumerate(where):
-            assert_same_request(out, merged, new, full, batch, old, what="merged batch", batch=batch)
-
-
 def _batch_and_seed(ctx):
     return st.tuples(decision_rich(ctx), st.integers(0, 2**32 - 2))
+
+
+def split_parts(r: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """A random partition of `r` requests: one request alone, the others in one or two parts."""
+    if r <= 1:
+        return [np.arange(r)]
+    order = rng.permutation(r)
+    rest = order[1:]
+    label = rng.integers(0, 2, len(rest)) if rng.random() < 0.5 else np.zeros(len(rest), np.int64)
+    return [order[:1]] + [rest[label == k] for k in (0, 1) if (label == k).any()]
+
+
+@register("batch_invariance", "equivalence", strategy=_batch_and_seed)
+def batch_invariance(ctx, drawn) -> None:
+    """Each request is bit-identical in its batch, alone, split off, and permuted among unrelated requests."""
+    # Every example runs the request in batches of very different sizes: alone (n_r + 1 rows), in
+    # its drawn batch, and interleaved with as many unrelated requests (twice the rows, another
+    # order). A sampler whose kernels or block sizes change with the batch's size, order or
+    # contents then shows it whatever the threshold it switches at.
+    batch, seed = drawn
+    rng = np.random.default_rng(seed)
+    full = _full(ctx, batch)
+    merged, where = merge_unrelated(batch, rng)
+    out = _full(ctx, merged)
+    for old, new in enumerate(where):
+        assert_same_request(out, merged, new, full, batch, old, what="permuted batch merged with unrelated requests",
+                            batch=batch)
+    parts = split_parts(batch.num_reqs, rng)
+    event(f"split into {len(parts)} part(s)")
+    for part in parts:
+        sub = select_requests(batch, part)
+        out = _full(ctx, sub)
+        for new, old in enumerate(part):
+            what = "request alone" if len(part) == 1 else "split batch"
+            assert_same_request(out, sub, new, full, batch, int(old), what=what, batch=batch)
 
 
 @register("determinism", "equivalence", strategy=_batch_and_seed)

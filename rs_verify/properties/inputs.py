@@ -5,10 +5,11 @@ Which strategy a property draws from (the property modules register these functi
 - `decision_rich`: `strategies.decision_batches`, batches rich in stochastic acceptance
   decisions (drafts drawn from q close to p, padded drafts with model logits, empty
   residuals, ties, vocabularies straddling block sizes): certification
-  (`certifiable_batches`), output invariants and determinism.
+  (`certifiable_batches`), output invariants, the greedy argmax chain, determinism and
+  batch invariance.
 - `batches`: `strategies.spec_batches`, the broad strategy (greedy-only and K = 0 batches
-  included): the greedy argmax chain, batch invariance and, with `strategies.chunk_caps`
-  (caps at request boundaries and below the largest request), chunking (`batch_and_cap`).
+  included): with `strategies.chunk_caps` (caps at request boundaries and below the largest
+  request), chunking (`batch_and_cap`).
   Decision-rich batches cost about 1.4x more per example under the Triton interpreter
   (more rows and requests verify drafts); these properties compare a sampler with itself.
 """

@@ -108,8 +108,8 @@ WHY_KEPT = {
                          "output.",
     "blackbox_chunking": "Chunking from outside, for samplers without internal chunking; it also sees "
                          "batch-size-dependent numerics (sub-batches are smaller batches).",
-    "batch_invariance": "Permutation, split and merge: the streams must not depend on the batch row or the "
-                        "other requests.",
+    "batch_invariance": "Alone, split, permuted and merged: neither the streams nor the numerics may depend on "
+                        "the batch row, the batch size or the other requests.",
     "chunked_equals_full": "Internal chunking against the full batch, bit for bit, at every cap.",
     "certified_equivalence": "Every decision against the float64 reference with its margin: the broadest net.",
     "output_invariants": "Reference-free structural checks (range, prefix, padding, residual support): they hold "

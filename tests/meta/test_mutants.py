@@ -64,6 +64,7 @@ def test_stale_patch_fails_loudly():
 FAST_SUBSET = {
     "planner_drops_last_chunk": ("chunked_equals_full", None),  # equivalence: chunked vs full
     "rng_keyed_by_batch_row": ("batch_invariance", None),  # equivalence: permuted / split / merged batches
+    "block_v_from_batch_size": ("batch_invariance", None),  # equivalence: numerics that change with batch size
     "buffer_sized_by_chunk": ("buffer_within_cap", None),  # memory
     "nan_row_emits_vocab_size": ("unvalidated_in_bounds", None),  # bad input
     "argmax_ties_to_highest_index": ("greedy_chain", None),  # invariants: greedy argmax chain
