@@ -270,10 +270,12 @@ def test_plugin_exact_passes_and_certified_needs_the_campaigns(gate):
     certified.stdout.fnmatch_lines(["*rs-verify regression gate*", "*not passed: distribution_model_drafts*"])
 
 
-def test_front_end_defaults_agree_with_the_engine():
-    assert baseline_gate.MODES == baselines.MODES
-    assert baseline_gate.DEFAULT_MAX_SLOWDOWN == baselines.DEFAULT_MAX_SLOWDOWN
-    assert baseline_gate.DEFAULT_TIMING_TABLE == baselines.DEFAULT_TIMING_TABLE
+def test_cli_baseline_options_default_to_the_engine_and_refuse_a_speedup_ratio():
+    from rs_verify.frontends import cli
+
+    args = cli.build_parser().parse_args(["check"])
+    assert (args.baseline, args.baseline_mode, args.max_slowdown, args.timing_table) == \
+        (None, baselines.DEFAULT_MODE, baselines.DEFAULT_MAX_SLOWDOWN, baselines.DEFAULT_TIMING_TABLE)
     with pytest.raises(baselines.BaselineError, match="ratio >= 1"):
         baselines.check_options("exact", 0.9)
 

@@ -164,11 +164,22 @@ def test_a_crash_stops_hypothesis_at_once_with_the_batch():
     assert res.failure.batch.num_reqs == tried[-1]
 
 
-def test_plugin_constants_match_the_engine():
-    from rs_verify.frontends import plugin
+def test_front_ends_share_the_isolation_options():
+    """The CLI's `--isolate/--timeout` and the plugin's `--rs-isolate/--rs-timeout` come from one
+    table (rs_verify/frontends/options.py) whose defaults are the engine's."""
+    import argparse
 
-    assert plugin.ISOLATION_LEVELS == isolation.LEVELS and plugin.ISOLATION_LEVELS[0] == isolation.DEFAULT_LEVEL
-    assert plugin.DEFAULT_TIMEOUT == isolation.DEFAULT_TIMEOUT <= 600 - 60  # a hang fails within 10 minutes
+    from rs_verify.frontends import cli, options
+
+    assert options.SHARED["isolate"]["default"] == isolation.DEFAULT_LEVEL
+    assert tuple(options.SHARED["isolate"]["choices"]) == isolation.LEVELS
+    assert options.SHARED["timeout"]["default"] == isolation.DEFAULT_TIMEOUT <= 600 - 60  # a hang fails within 10 min
+    args = cli.build_parser().parse_args(["check"])
+    assert (args.isolate, args.timeout) == (isolation.DEFAULT_LEVEL, isolation.DEFAULT_TIMEOUT)
+    assert cli.build_parser().parse_args(["replay", "x.npz"]).timeout is None  # the bundle's own limit
+    parser = argparse.ArgumentParser()
+    options.add(parser.add_argument, options.ISOLATION, prefix="rs-")
+    assert vars(parser.parse_args([])) == {"rs_isolate": "property", "rs_timeout": isolation.DEFAULT_TIMEOUT}
 
 
 def test_property_failure_reports_modified_input_before_the_output():

@@ -32,14 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .defaults import BASELINE_MODES as MODES, DEFAULT_MAX_SLOWDOWN, DEFAULT_TIMING_TABLE
 from .isolation import ChildSampler, SamplerDied
 from .samplers import BUILTIN, load_sampler
 
 GIT_PREFIX = "git:"
-MODES = ("exact", "certified")
-DEFAULT_MODE = "exact"
-DEFAULT_MAX_SLOWDOWN = 1.05
-DEFAULT_TIMING_TABLE = ".rs-verify/timing.md"  # the speed comparison's Markdown table (CI uploads it)
+DEFAULT_MODE = MODES[0]
 LOADER_MODULE = "rs_verify_baseline_loader"  # written next to the worktree; loads the revision's sampler
 
 

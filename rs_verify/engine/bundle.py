@@ -32,13 +32,13 @@ from typing import Any
 import numpy as np
 
 from ..spec.batch import ARRAY_FIELDS, SpecBatch
+from .defaults import DEFAULT_BUNDLE_DIR as DEFAULT_DIR
 from .records import Failure
 from .versions import versions
 
 FORMAT = "rs-verify-bundle"
 VERSION = 1
 META_KEY = "__meta__"
-DEFAULT_DIR = ".rs-verify/bundles"
 _SCALAR_FIELDS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode")
 _REQUIRED = ("format", "version", "property", "sampler", "options", "versions", "drawn", "batch")
 

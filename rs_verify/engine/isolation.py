@@ -29,17 +29,17 @@ import time
 import traceback
 
 from . import device, guards
+from .defaults import DEFAULT_TIMEOUT, ISOLATION_LEVELS as LEVELS
 from .samplers import load_sampler
 
 DECLARED = ("name", "supports_chunking", "streams", "interpreted", "memory_stats", "supports_logprobs",
             "draft_modes", "logits_dtypes", "min_spec_steps")
-LEVELS = ("property", "call", "off")
-DEFAULT_LEVEL = "property"
+DEFAULT_LEVEL = LEVELS[0]
 # Seconds per call. The slowest calls of the CPU profiles take seconds (a large batch through the
 # Triton interpreter, ~6 s with 16-wide vocabulary blocks; a 200,000-request distribution campaign
 # of the example torch sampler, 3 s; 2,000,000 requests at the nightly profile, ~30 s): 120 s
-# leaves ample room, and a hang fails its property, with the child's start, within about 2 minutes.
-DEFAULT_TIMEOUT = 120.0
+# leaves ample room, and a hang fails its property, with the child's start, within about 2 minutes
+# (`DEFAULT_TIMEOUT`, engine/defaults.py).
 # Once a call of a sampler has timed out, later calls of it (other properties, same session) wait
 # at most this many times the longest answered call of their own child, and at least
 # AFTER_HANG_FLOOR seconds: a sampler that hangs on every call still ends a whole gate of 19

@@ -16,7 +16,7 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")
+from .defaults import PROFILE_NAMES
 
 # Sampler calls run through the Triton interpreter can take a second: never a deadline,
 # and the generated batches are large enough that these health checks would misfire.

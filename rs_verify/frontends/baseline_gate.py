@@ -25,27 +25,14 @@ from pathlib import Path
 
 import pytest
 
-MODES = ("exact", "certified")  # checked against rs_verify.engine.baseline.MODES by the tests
-DEFAULT_MAX_SLOWDOWN = 1.05  # checked against rs_verify.engine.baseline.DEFAULT_MAX_SLOWDOWN by the tests
-DEFAULT_TIMING_TABLE = ".rs-verify/timing.md"  # checked against rs_verify.engine.baseline by the tests
+from . import options
+
 PREFIX = "rs-verify::"
 
 
 def add_options(group) -> None:
     """The regression gate's options, in the plugin's `rs-verify` group."""
-    group.addoption("--rs-baseline", default=None, metavar="SPEC",
-                    help="gate the sampler against a baseline version: module:attribute, a built-in name, or "
-                         "git:<rev>[:module:attribute] (that revision of this repository, in a temporary git "
-                         "worktree and a child process; default attribute: the --rs-sampler spec). Adds "
-                         "matches_baseline (bit for bit) and baseline_speed (CUDA).")
-    group.addoption("--rs-baseline-mode", choices=MODES, default="exact",
-                    help="exact (default): bit for bit; certified: differences within the certification "
-                         "tolerance against the reference, and then every distribution campaign must pass too")
-    group.addoption("--rs-max-slowdown", type=float, default=DEFAULT_MAX_SLOWDOWN, metavar="RATIO",
-                    help=f"fail when the change is slower than RATIO x the baseline (median; CUDA only; "
-                         f"default {DEFAULT_MAX_SLOWDOWN})")
-    group.addoption("--rs-timing-table", default=DEFAULT_TIMING_TABLE, metavar="PATH",
-                    help=f"where the speed comparison's Markdown table is written (default {DEFAULT_TIMING_TABLE})")
+    options.add(group.addoption, options.BASELINE, prefix="rs-")
 
 
 class RegressionGate:

@@ -21,12 +21,13 @@ from rich.table import Table
 
 from ..engine import bundle as bundles
 from ..engine import database, device, isolation, profiles, replay, runner
-from ..engine.baseline import DEFAULT_MAX_SLOWDOWN, DEFAULT_TIMING_TABLE, MODES, open_baseline, require_reference
+from ..engine.baseline import open_baseline, require_reference
 from ..engine.declared import declared
 from ..engine.samplers import BUILTIN, load_sampler
 from ..engine.versions import versions
 from ..properties import NEEDS, PROPERTIES, by_cost
 from ..properties.baseline import gate_summary
+from . import options
 from .report import write_report
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "skipped": "yellow"}
@@ -287,17 +288,6 @@ def cmd_spec(args) -> int:
     return 0
 
 
-def _isolation_options(parser, timeout: float | None = isolation.DEFAULT_TIMEOUT) -> None:
-    parser.add_argument("--isolate", choices=isolation.LEVELS, default=isolation.DEFAULT_LEVEL,
-                        help="where the sampler runs: 'property' (default) a child process per property, so that a "
-                             "crash or a hang fails that property with its batch; 'call' a fresh child per call; "
-                             "'off' in this process (for debugging)")
-    default = f"{isolation.DEFAULT_TIMEOUT:g}" if timeout else f"the bundle's, else {isolation.DEFAULT_TIMEOUT:g}"
-    parser.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
-                        help=f"a sampler call that does not return within this time fails (isolated samplers "
-                             f"only; default {default})")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rs-verify", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -309,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--device", choices=device.DEVICES, default=None,
                        help="default: cuda when usable, else the Triton interpreter on CPU (never a silent "
                             "fallback on a machine with an NVIDIA driver; see rs_verify.engine.device)")
-    _isolation_options(check)
+    options.add(check.add_argument, options.ISOLATION)
     check.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")
     check.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
     check.add_argument("--skip", nargs="+", metavar="PROPERTY", help="skip these properties")
@@ -318,20 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--bundle-dir", metavar="DIR", default=None,
                        help="where failure bundles go (default: DIR/bundles with --report, else .rs-verify/bundles)")
     check.add_argument("--no-bundles", action="store_true", help="write no failure bundles")
-    check.add_argument("--redis", metavar="URL", default=None,
-                       help="shared Hypothesis example database redis://host:port/db (default: $RS_VERIFY_REDIS_URL); "
-                            "the local directory database is still written")
-    check.add_argument("--baseline", metavar="SPEC", default=None,
-                       help="gate against a baseline version: module:attribute, a built-in name, or "
-                            "git:<rev>[:module:attribute] (that revision of this repository; default attribute: "
-                            "--sampler); runs matches_baseline and, on CUDA, baseline_speed")
-    check.add_argument("--baseline-mode", choices=MODES, default="exact",
-                       help="exact: bit for bit (default); certified: within the certification tolerance, and "
-                            "then the distribution campaigns must pass too")
-    check.add_argument("--max-slowdown", type=float, default=DEFAULT_MAX_SLOWDOWN, metavar="RATIO",
-                       help=f"the most the change may be slower than the baseline (CUDA; default {DEFAULT_MAX_SLOWDOWN})")
-    check.add_argument("--timing-table", metavar="PATH", default=DEFAULT_TIMING_TABLE,
-                       help="where the speed comparison's Markdown table is written")
+    options.add(check.add_argument, ("redis", *options.BASELINE))
     check.set_defaults(func=cmd_check)
     lst = sub.add_parser("list", help="list the properties and built-in samplers")
     lst.set_defaults(func=cmd_list)
@@ -343,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="default: the bundle's device, else cuda when available")
     rep.add_argument("--profile", choices=profiles.PROFILE_NAMES, default=None,
                      help="default: the bundle's profile (sets e.g. a distribution campaign's trials)")
-    _isolation_options(rep, timeout=None)
+    options.add(rep.add_argument, options.ISOLATION, timeout=dict(
+        default=None, help=f"a sampler call that does not return within this time fails (isolated samplers only; "
+                           f"default: the bundle's, else {isolation.DEFAULT_TIMEOUT:g})"))
     rep.set_defaults(func=cmd_replay)
     bench = sub.add_parser("bench", help="run the scripts under benchmarks/ (--list shows them)")
     bench.add_argument("--list", action="store_true", help="list the benchmarks and exit")

@@ -26,17 +26,14 @@ import os
 import pytest
 
 from ..engine import device as devices
-from . import baseline_gate
+from ..engine.defaults import DEFAULT_BUNDLE_DIR, PROFILE_NAMES
+from . import baseline_gate, options
 
 # Loading the plugin must stay light (pytest loads it in every session of an environment where
 # rs-verify is installed): the engine and the properties (numpy, scipy, hypothesis) are imported
 # in the hooks that need them, and torch / triton only when a sampler is loaded.
-PROFILE_NAMES = ("dev", "ci", "gpu", "nightly")  # checked against rs_verify.engine.profiles by the tests
 DEFAULT_SAMPLER = "triton"
 DEFAULT_REFERENCE = "reference"
-DEFAULT_BUNDLE_DIR = ".rs-verify/bundles"  # checked against rs_verify.engine.bundle.DEFAULT_DIR by the tests
-ISOLATION_LEVELS = ("property", "call", "off")  # checked against rs_verify.engine.isolation by the tests
-DEFAULT_TIMEOUT = 120.0  # seconds per sampler call; checked against rs_verify.engine.isolation by the tests
 BUNDLE_PROPERTY = "rs_verify_bundle"  # user_properties key of a report's bundle path
 SELF_CHECK_PROPERTY = "rs_verify_self_check"  # user_properties key: the item checks the suite, not the sampler
 SELF_REPORTED_PROPERTY = "rs_verify_self_reported"  # user_properties key: what the item took on trust
@@ -69,18 +66,10 @@ def pytest_addoption(parser):
                     help="load this rs-verify Hypothesis profile (rs_verify.engine.profiles) for the whole session; "
                          "default: the active one if it is an rs-verify profile, else HYPOTHESIS_PROFILE, "
                          "ci under CI, dev otherwise")
-    group.addoption("--rs-isolate", choices=ISOLATION_LEVELS, default=ISOLATION_LEVELS[0],
-                    help="where the sampler runs: 'property' (default) a child process per property, so that a "
-                         "crash or a hang of the sampler fails that property with its batch and the session goes "
-                         "on; 'call' a fresh child per call; 'off' in the pytest process (for debugging)")
-    group.addoption("--rs-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                    help=f"a sampler call that does not return within this time fails its property (isolated "
-                         f"samplers only; default {DEFAULT_TIMEOUT:g})")
+    options.add(group.addoption, options.ISOLATION, prefix="rs-")
     group.addoption("--rs-bundle-dir", default=DEFAULT_BUNDLE_DIR, metavar="DIR",
                     help=f"where failure bundles are written (default {DEFAULT_BUNDLE_DIR})")
-    group.addoption("--rs-redis", default=None, metavar="URL",
-                    help="share Hypothesis failures through Redis (redis://host:port/db); default "
-                         "$RS_VERIFY_REDIS_URL; the local directory database is still written")
+    options.add(group.addoption, ("redis",), prefix="rs-")
     baseline_gate.add_options(group)
 
 
