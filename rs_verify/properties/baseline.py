@@ -26,7 +26,7 @@ from ..engine import timing
 from ..spec.batch import SamplerOutput, SpecBatch
 from . import certification
 from .assertions import call, event, sampler_name, supports_chunking, uses_spec_streams
-from .inputs import batch_and_cap, batches
+from .inputs import batch_and_cap, decision_rich
 from .registry import NEEDS, PROPERTIES, PropertyFailure, register
 
 LISTED_LOGPROBS = 6  # logprobs differences listed per request (the count of the rest is given)
@@ -104,7 +104,7 @@ def _batch_and_maybe_cap(ctx):
     """A batch and a chunk cap when both versions chunk internally, else a batch and None."""
     if _both_chunk(ctx):
         return batch_and_cap(ctx)
-    return batches(ctx).map(lambda b: (b, None))
+    return decision_rich(ctx).map(lambda b: (b, None))
 
 
 def _certify(ctx, batch: SpecBatch, out: SamplerOutput, diffs: list[RequestDiff], what: str) -> int:

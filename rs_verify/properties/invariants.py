@@ -8,7 +8,7 @@ from ..spec import probs
 from .assertions import call, event
 from .registry import PropertyFailure, register
 from .certification import REPLICAS
-from .inputs import batches, decision_rich
+from .inputs import decision_rich
 from .transforms import copies_note, reseeded_copies
 
 # A resampled token must have positive residual mass p - q > 0. Production samplers
