@@ -6,8 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rs_verify.engine.context import make_context
+import pytest
+
+from examples.torch_sampler import TorchSampler
+from reference import ReferenceSampler
+from rs_verify.engine.context import make_context, skip_reason
 from rs_verify.engine.declared import Declared, declared
+from rs_verify.engine.runner import run
+from rs_verify.properties import PROPERTIES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,3 +52,44 @@ def test_triton_sampler_without_logprobs_passes_on_cpu_without_device_options(tm
     text = out.stdout + out.stderr
     assert out.returncode == 0 and "2 passed" in text, text
     assert "not exercised" in text and "supports_logprobs = False" in text, text
+
+
+class _ModelOnly(TorchSampler):
+    """Takes model drafts only, and says so; a one-hot batch is an error here."""
+    name = "model-only"
+    draft_modes = {"model"}
+
+    def __call__(self, batch, **kw):
+        if batch.draft_logits is None:
+            raise TypeError("model-only: got a one-hot batch")
+        return super().__call__(batch, **kw)
+
+
+class _OneHotOnly(TorchSampler):
+    name = "one-hot-only"
+    draft_modes = {"one_hot"}
+
+    def __call__(self, batch, **kw):
+        if batch.draft_logits is not None:
+            raise TypeError("one-hot-only: got a model-draft batch")
+        return super().__call__(batch, **kw)
+
+
+@pytest.mark.parametrize("sampler, skipped", [
+    (_ModelOnly(), {"tiny_temperatures", "distribution_one_hot_drafts"}),
+    (_OneHotOnly(), {"closed_forms", "distribution_model_drafts", "distribution_saturated_residuals"}),
+])
+def test_fixed_campaigns_send_only_declared_draft_modes(sampler, skipped):
+    """The fixed campaigns (no strategy) build their own batches: they too send only the draft
+    modes a sampler declares, and the campaigns of the other mode skip with the reason."""
+    ctx = make_context(sampler, ReferenceSampler(), profile="dev", device="cpu")
+    fixed = [p for p in PROPERTIES.values() if p.strategy is None and p.family in ("edges", "distribution", "equivalence")]
+    assert skipped <= {p.name for p in fixed}
+    for prop in fixed:
+        reason = skip_reason(prop, ctx)
+        if prop.name in skipped:
+            assert reason and "draft_modes" in reason, (prop.name, reason)
+            continue
+        assert reason is None, (prop.name, reason)
+        outcome = run(prop, ctx)
+        assert outcome.status == "passed", (prop.name, outcome.failure and outcome.failure.text())

@@ -28,6 +28,8 @@ def capabilities(ctx: Context) -> set[str]:
         caps.add("baseline")
     if not getattr(s, "interpreted", False):
         caps.add("fast")
+    if s is not None:
+        caps.update(f"{mode}_drafts" for mode in declared(s).draft_modes)
     return caps
 
 

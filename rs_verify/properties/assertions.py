@@ -7,6 +7,7 @@ from hypothesis import event as _event
 from hypothesis.errors import InvalidArgument
 
 from ..engine import guards
+from ..engine.declared import declared
 from ..spec.batch import SamplerOutput, SpecBatch
 from .registry import PropertyFailure
 
@@ -99,10 +100,14 @@ def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, **
 
 
 def as_declared(batch: SpecBatch, sampler) -> SpecBatch:
-    """A fixed campaign's batch without logprobs for a sampler that declares it computes none
-    (SPEC section 10 `supports_logprobs`); generated batches are narrowed by the strategies."""
-    if batch.num_logprobs is not None and not getattr(sampler, "supports_logprobs", True):
-        return batch.replace(num_logprobs=None)
+    """A fixed campaign's model-draft batch made fit for what the sampler declares (SPEC section
+    10): without logprobs when it computes none, with one-hot drafts (the same draft ids) when it
+    takes no model drafts. Generated batches are narrowed by the strategies instead."""
+    said = declared(sampler)
+    if batch.num_logprobs is not None and not said.supports_logprobs:
+        batch = batch.replace(num_logprobs=None)
+    if batch.draft_logits is not None and "model" not in said.draft_modes:
+        batch = batch.replace(draft_logits=None)
     return batch
 
 

@@ -259,6 +259,8 @@ def power_table(profiles=("dev", "ci", "gpu", "nightly")) -> str:
 
 # -- registration -------------------------------------------------------------------
 
+DRAFT_NEED = {"model": "model_drafts", "one-hot": "one_hot_drafts"}  # a campaign's draft mode, as a need
+
 
 def _register(name: str, campaign: Campaign):
     def check(ctx, _drawn) -> None:
@@ -270,14 +272,14 @@ def _register(name: str, campaign: Campaign):
 
     check.__doc__ = (f"Over {campaign.name} and many seeds, each emitted token and the acceptance length fit the "
                      f"target (fixed seeds, family-wise false-positive rate {ALPHA:g}).")
-    register(name, "distribution", needs=("fast",))(check)
+    register(name, "distribution", needs=("fast", DRAFT_NEED[campaign.draft_mode]))(check)
 
 
 for _name, _campaign in CAMPAIGNS.items():
     _register(_name, _campaign)
 
 
-@register("closed_forms", "distribution", needs=("fast",))
+@register("closed_forms", "distribution", needs=("fast", "model_drafts"))
 def closed_forms(ctx, _drawn) -> None:
     """Per draft token (padded included): acceptance is min(1, p/q); a rejection resamples max(p - q, 0)/Z, else p."""
     result = run_closed_forms(ctx.sampler, TRIALS.get(ctx.profile, TRIALS["dev"]))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..engine.declared import declared
 from ..spec import philox
 from ..spec.batch import SpecBatch
 from .assertions import call
@@ -84,7 +85,7 @@ def edge_batch(draft_mode: str) -> SpecBatch:
 def stream_edges(ctx, _drawn) -> None:
     """At Philox edge points (a zero uniform, a tiny Gumbel uniform) every decision equals the reference's."""
     _check_stream_values()
-    for mode in ("one-hot", "model"):
+    for mode in [m for m in ("one-hot", "model") if m.replace("-", "_") in declared(ctx.sampler).draft_modes]:
         batch = edge_batch(mode)
         ref_out, traces = ctx.reference.verify_with_trace(batch)
         if ref_out.request(0)[:1] == [1] or ref_out.request(1) == [TINY_V[2]]:
@@ -150,7 +151,7 @@ def _divergence(trace, drafts, prod: list) -> str | None:
     return None
 
 
-@register("tiny_temperatures", "edges", needs=("spec_streams", "reference"))
+@register("tiny_temperatures", "edges", needs=("spec_streams", "reference", "one_hot_drafts"))
 def tiny_temperatures(ctx, _drawn) -> None:
     """Temperatures in (0, 1e-5] sample among exactly tied maxima like the reference (only T == 0 is greedy)."""
     batch = tiny_temperature_batch()

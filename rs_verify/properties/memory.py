@@ -57,7 +57,8 @@ def peak_memory_within_cap(ctx, _drawn) -> None:
     batch = as_declared(large_batch(), ctx.sampler)
     cap_bytes = 32 * 2**20
     cap_rows = max(1, cap_bytes // (batch.vocab_size * 4))
-    inputs = batch.target_logits.nbytes + batch.draft_logits.nbytes  # float32 inputs on the device
+    drafts = 0 if batch.draft_logits is None else batch.draft_logits.nbytes
+    inputs = batch.target_logits.nbytes + drafts  # float32 inputs on the device
     # Measured where the sampler runs (its child process when isolated): rs_verify.engine.guards.
     _out, report = call_with_report(ctx.sampler, batch, max_chunk_logits=cap_rows)
     if report.peak_bytes is None:

@@ -27,6 +27,8 @@ NEEDS = {
     "memory_stats": "the sampler reports no buffer instrumentation (memory_stats is False)",
     "unvalidated": "the sampler offers no unvalidated() variant",
     "baseline": "no baseline was given (--rs-baseline / --baseline; baseline= when replaying)",
+    "model_drafts": "the sampler does not take model drafts (draft_modes, SPEC section 10)",
+    "one_hot_drafts": "the sampler does not take one-hot drafts (draft_modes, SPEC section 10)",
     "timing": "not measured: timing a change against its baseline needs CUDA (interpreter times say nothing about the kernels)",
 }
 
