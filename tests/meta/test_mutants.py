@@ -127,3 +127,13 @@ def test_mutate_command_in_process(tmp_path, capsys):
 def test_abbreviations_are_unique():
     labels = matrix.abbreviations(list(PROPERTIES))
     assert len(set(labels.values())) == len(labels)
+
+
+def test_every_mutant_is_a_sampler_spec():
+    """`mutants.samplers:NAME` loads a mutant the way the plugin loads a user's sampler."""
+    from rs_verify.engine.samplers import load_sampler
+
+    s = load_sampler("mutants.samplers:planner_drops_last_chunk")
+    assert callable(s) and s.spec == "mutants.samplers:planner_drops_last_chunk"
+    with pytest.raises(ValueError, match="no attribute"):
+        load_sampler("mutants.samplers:no_such_mutant")
