@@ -54,6 +54,22 @@ def test_check_writes_table_report_and_plots(tmp_path):
     assert not (report / "bundles").exists()  # nothing failed, no bundle
 
 
+def test_check_on_worker_processes_reports_a_failure_like_one_process(tmp_path):
+    """`--jobs 2`: properties run on two worker processes; a failure still prints its record,
+    writes its bundle and sets the exit status, and the table keeps the registry order."""
+    runs = {}
+    for jobs in ("1", "2"):
+        bundles = tmp_path / f"bundles-{jobs}"
+        out = cli("check", "--sampler", "examples.broken_sampler:BrokenSampler", "--only", "planner", "closed_forms",
+                  "--profile", "ci", "--device", "cpu", "--jobs", jobs, "--bundle-dir", str(bundles))
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "1 passed, 1 failed, 0 skipped" in out.stdout and "failure bundle:" in out.stdout
+        runs[jobs] = sorted(p.name for p in bundles.glob("*.npz"))
+        table = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("│")]
+        assert table.index("closed_forms") < table.index("planner"), out.stdout
+    assert runs["1"] == runs["2"] and len(runs["1"]) == 1  # the same failure, the same bundle name
+
+
 def test_check_only_planner(tmp_path):
     """The brief's command: one property, no fits, so a report without plots."""
     out = cli("check", "--sampler", "reference", "--only", "planner", "--profile", "ci", "--device", "cpu",

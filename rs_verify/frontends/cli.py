@@ -7,6 +7,7 @@ Importing this module imports neither torch nor triton: the device is chosen fir
 from __future__ import annotations
 
 import argparse
+import os
 from importlib.resources import files
 import ast
 import subprocess
@@ -20,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..engine import bundle as bundles
-from ..engine import database, device, isolation, profiles, replay, runner
+from ..engine import database, device, isolation, pool, profiles, replay, runner
 from ..engine.baseline import open_baseline, require_reference
 from ..engine.declared import declared
 from ..engine.samplers import BUILTIN, load_sampler
@@ -83,32 +84,36 @@ def cmd_check(args) -> int:
     bundle_dir = None
     if not args.no_bundles:
         bundle_dir = args.bundle_dir or (str(Path(args.report) / "bundles") if args.report else bundles.DEFAULT_DIR)
-    options = {"profile": profile, "device": dev, "runner": "cli", "isolate": args.isolate, "timeout": args.timeout}
+    run_options = {"profile": profile, "device": dev, "runner": "cli", "isolate": args.isolate, "timeout": args.timeout}
     if baseline:
-        options.update(baseline=baseline.spec.pinned(), baseline_mode=args.baseline_mode)
+        run_options.update(baseline=baseline.spec.pinned(), baseline_mode=args.baseline_mode)
     if args.max_examples is not None:
-        options["max_examples"] = args.max_examples
+        run_options["max_examples"] = args.max_examples
     where = (f"isolated per {args.isolate}, timeout {args.timeout:g} s per call" if args.isolate != "off"
              else "in this process")
     console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {dev} ({where}), "
                   f"profile {profile}, {len(props)} properties, example database: "
                   f"{database.describe(settings().database)}")
-    results = []
-    for i, prop in enumerate(props, 1):
-        ctx = runner.make_context(sampler, reference, profile=profile, device=dev)
-        ctx.baseline = baseline
-        with console.status(f"[{i}/{len(props)}] {prop.name}: {escape(prop.doc)}"):
-            res = runner.run(prop, ctx, base, bundle_dir=bundle_dir, sampler_spec=args.sampler,
-                             reference_spec=reference_spec, options=options)
-        results.append(res)
-        status = "self-check" if res.self_check and res.status == "passed" else res.status
-        skipped = " - " + escape(res.reason) if res.status == "skipped" else ""
-        if res.status == "passed" and res.stats.get("self_reported"):
-            skipped = " - " + escape(res.stats["self_reported"])
-        console.print(f"[{i}/{len(props)}] [{STATUS_STYLE[res.status]}]{status:10}[/] {prop.name} "
-                      f"({res.examples} examples, {res.seconds:.1f} s){skipped}")
-        if res.failure is not None:
-            console.print(res.failure.text(), markup=False, highlight=False)
+    jobs = _jobs(args.jobs, dev, baseline)
+    if jobs > 1:
+        setup = pool.Setup(args.sampler, reference_spec, dev, profile, args.isolate, args.timeout, url,
+                           args.max_examples, bundle_dir, run_options)
+        done = {}
+        with console.status(f"{len(props)} properties on {jobs} worker processes, the longest first"):
+            for i, res in enumerate(pool.run_parallel([p.name for p in props], setup, jobs), 1):
+                done[res.name] = res
+                _print_outcome(console, i, len(props), res)
+        results = [done[p.name] for p in props]
+    else:
+        results = []
+        for i, prop in enumerate(props, 1):
+            ctx = runner.make_context(sampler, reference, profile=profile, device=dev)
+            ctx.baseline = baseline
+            with console.status(f"[{i}/{len(props)}] {prop.name}: {escape(prop.doc)}"):
+                res = runner.run(prop, ctx, base, bundle_dir=bundle_dir, sampler_spec=args.sampler,
+                                 reference_spec=reference_spec, options=run_options)
+            results.append(res)
+            _print_outcome(console, i, len(props), res)
     _print_summary(console, args.sampler, results)
     _print_not_exercised(console, sampler)
     missing = False
@@ -124,6 +129,27 @@ def cmd_check(args) -> int:
         console.print(f"report: {paths['markdown']}, {paths['json']} and {len(paths['plots'])} plot(s) in "
                       f"{args.report}", markup=False, highlight=False)
     return 1 if missing or any(r.status == "failed" for r in results) else 0
+
+
+def _jobs(requested: int | None, dev: str, baseline) -> int:
+    """Worker processes for `check`: as asked, else one per CPU core (at most 4) through the
+    interpreter, and one on CUDA or with a baseline (its timing and memory want the device alone)."""
+    if requested is not None:
+        if requested < 1:
+            raise SystemExit(f"rs-verify: --jobs must be >= 1, not {requested}")
+        return 1 if baseline else requested
+    return 1 if dev == "cuda" or baseline else max(1, min(4, os.cpu_count() or 1))
+
+
+def _print_outcome(console, i: int, total: int, res) -> None:
+    status = "self-check" if res.self_check and res.status == "passed" else res.status
+    note = " - " + escape(res.reason) if res.status == "skipped" else ""
+    if res.status == "passed" and res.stats.get("self_reported"):
+        note = " - " + escape(res.stats["self_reported"])
+    console.print(f"[{i}/{total}] [{STATUS_STYLE[res.status]}]{status:10}[/] {res.name} "
+                  f"({res.examples} examples, {res.seconds:.1f} s){note}")
+    if res.failure is not None:
+        console.print(res.failure.text(), markup=False, highlight=False)
 
 
 def _print_not_exercised(console, sampler) -> None:
@@ -300,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="default: cuda when usable, else the Triton interpreter on CPU (never a silent "
                             "fallback on a machine with an NVIDIA driver; see rs_verify.engine.device)")
     options.add(check.add_argument, options.ISOLATION)
+    check.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                       help="run properties on N worker processes (default: one per CPU core, at most 4, through "
+                            "the interpreter; 1 on CUDA and with --baseline)")
     check.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")
     check.add_argument("--only", nargs="+", metavar="PROPERTY", help="run only these properties")
     check.add_argument("--skip", nargs="+", metavar="PROPERTY", help="skip these properties")
