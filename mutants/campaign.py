@@ -26,6 +26,9 @@ under the Triton interpreter):
 - `budget` (default 600 s per mutant): once spent, properties not started yet are recorded
   as not run (`?`) and no escalation starts.
 
+Controls: before the mutants, each target build's unpatched copy runs every property (see
+`CONTROL`); a property it fails is not run on that build's mutants, and the command exits 2.
+
 Matrix cells: `K` killed (the property failed), `k` killed after escalation, `E` killed by an
 exception (the sampler crashed on a valid input, or Hypothesis saw a flaky failure), `.`
 survived, `-` skipped (the property does not apply: e.g. distribution campaigns need a fast
@@ -53,13 +56,30 @@ from rs_verify.engine.samplers import import_module
 from rs_verify.engine.versions import versions
 from rs_verify.properties import PROPERTIES, by_cost
 
-from .matrix import (ERRORED, ESCALATED, KILLED, NOT_RUN, STATUS_SYMBOL, SURVIVED, Cell, MutantResult, _batch_text,
-                     _from_dict, load_results, print_matrix, write_report)
+from .catalogue import Mutant
+from .matrix import (ERRORED, ESCALATED, KILLED, KILLS, NOT_RUN, STATUS_SYMBOL, SURVIVED, Cell, MutantResult,
+                     _batch_text, _from_dict, load_results, print_matrix, write_report)
 
 DEFAULT_CATALOGUE = "mutants.catalogue:MUTANTS"
 DEFAULT_WORKERS = 2
 DEFAULT_SHRINK_SECONDS = 10.0
 DEFAULT_BUDGET = 600.0
+# A control (`control: <target> <build>`): the unpatched build; a property it fails would "kill"
+# every mutant of that build for a reason no mutant planted (see the module docstring).
+CONTROL = "control: "
+
+
+def control_name(mutant) -> str:
+    return f"{CONTROL}{mutant.target} {mutant.build}"
+
+
+def find_mutant(catalogue: str, name: str):
+    """The mutant `name` of `catalogue`, or the unpatched build a control name stands for."""
+    if name.startswith(CONTROL):
+        target, build = name[len(CONTROL):].split(" ", 1)
+        return Mutant(name, "the unpatched build: every property must pass on it", target, {}, build=build)
+    _, mutants = load_catalogue(catalogue)
+    return next(m for m in mutants if m.name == name)
 
 def ordered_properties(names=None) -> list[str]:
     """Registered property names (restricted to `names`), cheapest first (the registry's cost order)."""
@@ -121,7 +141,7 @@ def _first_line(exc, limit: int = 400) -> str:
 
 def run_mutant(catalogue: str, name: str, *, profile: str | None = None, max_examples: int | None = None,
                escalate: int | None = None, budget: float | None = None, properties: list[str] | None = None,
-               phases=None, first_kill: bool = False) -> MutantResult:
+               phases=None, first_kill: bool = False, void: tuple = ()) -> MutantResult:
     """Run the properties (cheapest first) against one mutant of `catalogue`; never raises for a kill.
 
     - `max_examples`: examples per property (None: the profile's); `phases`: Hypothesis phases
@@ -132,10 +152,10 @@ def run_mutant(catalogue: str, name: str, *, profile: str | None = None, max_exa
       (`escalation_tiers`); that cell becomes `k`. None or 0: no escalation.
     - `budget`: seconds; properties not started by then are recorded as not run.
     - `properties`: restrict to these property names.
+    - `void`: properties its control failed (recorded as not run, never a kill).
     """
     start = time.perf_counter()
-    _, mutants = load_catalogue(catalogue)
-    mutant = next(m for m in mutants if m.name == name)
+    mutant = find_mutant(catalogue, name)
     result = MutantResult(name, mutant.models, mutant.target, mutant.build)
     names = ordered_properties(properties)
     try:
@@ -179,6 +199,9 @@ def run_mutant(catalogue: str, name: str, *, profile: str | None = None, max_exa
 
     with with_reporter(lambda _msg: None):  # the runner silences Hypothesis's repr warnings
         for pname in names:
+            if pname in void:
+                result.cells.append(Cell(pname, NOT_RUN, message="fails on the unpatched build (its control)"))
+                continue
             result.cells.append(Cell(pname, NOT_RUN) if spent() or (first_kill and result.killed) else
                                 run_cell(pname, no_shrink if result.killed else base))
         survived = {c.property: i for i, c in enumerate(result.cells) if c.symbol == SURVIVED}
@@ -208,17 +231,20 @@ def escalation_tiers(base: int, escalate: int | None, profile_examples: int) -> 
 
 
 def _pool_task(args) -> dict:
-    catalogue, name, profile, max_examples, escalate, budget, properties, first_kill = args
+    catalogue, name, profile, max_examples, escalate, budget, properties, first_kill, void = args
     return asdict(run_mutant(catalogue, name, profile=profile, max_examples=max_examples, escalate=escalate,
-                             budget=budget, properties=properties, first_kill=first_kill))
+                             budget=budget, properties=properties, first_kill=first_kill, void=void))
 
 
 def run_all(catalogue: str, names: list[str], *, workers: int = DEFAULT_WORKERS, profile: str | None = None,
             max_examples: int | None = None, escalate: int | None = None,
             shrink_seconds: float | None = DEFAULT_SHRINK_SECONDS, budget: float | None = DEFAULT_BUDGET,
-            properties: list[str] | None = None, progress=None, first_kill: bool = False) -> list[MutantResult]:
-    """Every named mutant through `run_mutant`, `workers` at a time (0: in this process)."""
-    tasks = [(catalogue, n, profile, max_examples, escalate, budget, properties, first_kill) for n in names]
+            properties: list[str] | None = None, progress=None, first_kill: bool = False,
+            void: dict | None = None) -> list[MutantResult]:
+    """Every named mutant through `run_mutant`, `workers` at a time (0: in this process);
+    `void` maps a mutant's name to the properties its control failed."""
+    tasks = [(catalogue, n, profile, max_examples, escalate, budget, properties, first_kill,
+              tuple((void or {}).get(n, ()))) for n in names]
     results: dict[str, MutantResult] = {}
 
     def done(res: MutantResult):
@@ -295,6 +321,7 @@ def cmd_mutate(args) -> int:
                   f"{args.shrink_seconds} s per failure, escalation of survivors to {escalate or 'none'} examples, "
                   f"budget {args.budget} s per mutant")
     start = time.perf_counter()
+    void, failed_controls = run_controls(args, [m for m in mutants if m.name in names], profile, console)
 
     def progress(res: MutantResult, i: int, total: int):
         first = res.first_kill()
@@ -311,7 +338,8 @@ def cmd_mutate(args) -> int:
 
     results = run_all(args.catalogue, names, workers=args.workers, profile=profile,
                       max_examples=args.max_examples or None, escalate=escalate, shrink_seconds=args.shrink_seconds,
-                      budget=args.budget, properties=args.properties, progress=progress, first_kill=args.first_kill)
+                      budget=args.budget, properties=args.properties, progress=progress, first_kill=args.first_kill,
+                      void=void)
     wall = time.perf_counter() - start
     print_matrix(results, prop_names, console)
     killed = sum(r.killed for r in results)
@@ -319,19 +347,42 @@ def cmd_mutate(args) -> int:
     survivors = [r.name for r in results if not r.killed and not r.load_error]
     console.print(f"{killed} of {len(results)} mutants killed in {wall:.0f} s"
                   + (f"; [bold red]survivors: {', '.join(survivors)}[/]" if survivors else "")
-                  + (f"; [red]not loaded: {', '.join(broken)}[/]" if broken else ""))
+                  + (f"; [red]not loaded: {', '.join(broken)}[/]" if broken else "")
+                  + (f"; [bold red]controls failed: {escape(str(failed_controls))}[/]" if failed_controls else ""))
     if args.report:
         meta = {"catalogue": args.catalogue, "profile": profile, "workers": args.workers,
                 "max_examples": args.max_examples or "profile", "escalate_examples": escalate,
                 "shrink_seconds": args.shrink_seconds,
                 "budget_s": args.budget, "first_kill": args.first_kill, "wall_s": round(wall, 1),
                 "device": "cpu (interpreter)" if device.interpreted() else "cuda",
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions()}
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions(),
+                "controls": failed_controls or "every control passed every property"}
         paths = write_report(results, prop_names, args.report, meta)
         console.print(f"report: {paths['markdown']}, {paths['json']}", markup=False, highlight=False)
-    if broken:
+    if broken or failed_controls:
         return 2
     return 1 if survivors else 0
+
+
+def run_controls(args, mutants: list, profile: str, console) -> tuple[dict, dict]:
+    """Run every target build's control on every property (no first kill, no escalation).
+
+    Returns `void` (mutant name -> properties its control failed) and the failed controls
+    (control name -> those properties)."""
+    by_control = {}
+    for m in mutants:
+        by_control.setdefault(control_name(m), []).append(m.name)
+    console.print(f"controls (the unpatched builds, which must pass every property): {', '.join(by_control)}")
+    results = run_all(args.catalogue, list(by_control), workers=args.workers, profile=profile,
+                      max_examples=args.max_examples or None, shrink_seconds=args.shrink_seconds, budget=None,
+                      properties=args.properties)
+    failed = {r.name: r.killers for r in results if r.killers}
+    for r in results:
+        what = (f"[bold red]FAILED {', '.join(failed[r.name])}[/] (not counted as kills of its mutants)"
+                if r.name in failed else "passed" if not r.load_error else f"[red]{escape(r.load_error)}[/]")
+        console.print(f"{escape(r.name)}: {what} in {r.seconds:.0f} s")
+    void = {name: failed.get(control, []) for control, names in by_control.items() for name in names}
+    return void, failed
 
 
 def add_arguments(p) -> None:

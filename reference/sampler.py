@@ -12,7 +12,7 @@ import numpy as np
 
 from rs_verify.spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.spec.chunking import empty_output, iter_request_chunks, verify_chunked
-from rs_verify.spec.validation import validate as validate_batch
+from rs_verify.spec.validation import check_structure, validate as validate_batch
 
 from .slab import Slab, verify_slab
 from .trace import RequestTrace
@@ -26,7 +26,9 @@ SLAB_ELEMS = 1 << 18
 class ReferenceSampler:
     """The float64 reference sampler (SPEC sections 2-6; the protocol of section 10).
 
-    - `validate`: validate every batch (SPEC section 9) before verifying it.
+    - `validate`: validate every batch (SPEC section 9) before verifying it; with False only
+      the shapes and dtypes are checked (`check_structure`) and the value rules are assumed,
+      so, unlike a production sampler, the oracle offers no `unvalidated()` (SPEC section 10).
     - `slab_elems`: float64 elements per working array; slabs of whole requests
       of at most `max(1, slab_elems // V)` rows are verified one at a time.
     """
@@ -42,14 +44,9 @@ class ReferenceSampler:
     def __repr__(self) -> str:
         return f"ReferenceSampler(validate={self.validate})"
 
-    def unvalidated(self) -> ReferenceSampler:
-        """The same sampler without input validation."""
-        return ReferenceSampler(validate=False, slab_elems=self.slab_elems)
-
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         """Verify `batch` (SPEC sections 4-6); `max_chunk_logits` None: the whole batch at once."""
-        if self.validate:
-            validate_batch(batch)
+        (validate_batch if self.validate else check_structure)(batch)
         if max_chunk_logits is None:
             return self._verify(batch, trace=False)[0]
         return verify_chunked(batch, lambda b: self._verify(b, trace=False)[0], max_chunk_logits)
@@ -57,8 +54,7 @@ class ReferenceSampler:
     def verify_with_trace(self, batch: SpecBatch) -> tuple[SamplerOutput, list[RequestTrace]]:
         """The output and one `RequestTrace` per request, with every decision's margin and
         tolerance scale (SPEC section 8; see `reference.trace.Decision`)."""
-        if self.validate:
-            validate_batch(batch)
+        (validate_batch if self.validate else check_structure)(batch)
         return self._verify(batch, trace=True)
 
     def _verify(self, batch: SpecBatch, trace: bool):

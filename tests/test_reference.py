@@ -528,7 +528,11 @@ def test_protocol_and_validation():
         SAMPLER(bad)
     with pytest.raises(ValueError, match="pos"):
         SAMPLER.verify_with_trace(bad)
-    SAMPLER.unvalidated()(bad)  # no validation: still runs
+    ReferenceSampler(validate=False)(bad)  # no validation: still runs
+    # The oracle offers no `unvalidated()` (SPEC section 10): without validation it checks only
+    # shapes and dtypes and relies on the value rules (n_r <= K, ...), so it is not memory-safe
+    # by contract on bad values, and unvalidated_in_bounds does not apply to it.
+    assert not hasattr(SAMPLER, "unvalidated")
     empty = make_batch(np.zeros((0, 4)), [], [0], k=2)
     out = SAMPLER(empty)
     assert out.sampled.shape == (0, 3) and out.num_sampled.shape == (0,)

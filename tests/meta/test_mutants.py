@@ -137,3 +137,16 @@ def test_every_mutant_is_a_sampler_spec():
     assert callable(s) and s.spec == "mutants.samplers:planner_drops_last_chunk"
     with pytest.raises(ValueError, match="no attribute"):
         load_sampler("mutants.samplers:no_such_mutant")
+
+
+def test_a_failing_control_voids_that_property_for_its_mutants():
+    """A control is the unpatched build: a property failing on it (here: the reference built
+    without validation fails rejects_bad_input) would 'kill' every mutant of that build for a
+    reason no mutant planted, so `void` keeps it from counting."""
+    control = mutate.find_mutant(CATALOGUE, "control: reference pkg.ReferenceSampler(validate=False)")
+    assert control.patches == {} and control.target == REFERENCE
+    res = mutate.run_mutant(CATALOGUE, control.name, profile="ci", properties=["rejects_bad_input"])
+    assert res.killers == ["rejects_bad_input"]
+    res = mutate.run_mutant(CATALOGUE, "ref_residual_abs", profile="ci", properties=["planner", "certified_equivalence"],
+                            void=("certified_equivalence",))
+    assert not res.killed and res.cells[1].symbol == matrix.NOT_RUN and "control" in res.cells[1].message
