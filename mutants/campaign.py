@@ -26,8 +26,8 @@ under the Triton interpreter):
 - `budget` (default 600 s per mutant): once spent, properties not started yet are recorded
   as not run (`?`) and no escalation starts.
 
-Controls: before the mutants, each target build's unpatched copy runs every property (see
-`CONTROL`); a property it fails is not run on that build's mutants, and the command exits 2.
+Controls: first, each target build's unpatched copy runs every property; a property it fails
+is not run on that build's mutants, and the command exits 2.
 
 Matrix cells: `K` killed (the property failed), `k` killed after escalation, `E` killed by an
 exception (the sampler crashed on a valid input, or Hypothesis saw a flaky failure), `.`
@@ -64,9 +64,7 @@ DEFAULT_CATALOGUE = "mutants.catalogue:MUTANTS"
 DEFAULT_WORKERS = 2
 DEFAULT_SHRINK_SECONDS = 10.0
 DEFAULT_BUDGET = 600.0
-# A control (`control: <target> <build>`): the unpatched build; a property it fails would "kill"
-# every mutant of that build for a reason no mutant planted (see the module docstring).
-CONTROL = "control: "
+CONTROL = "control: "  # `control: <target> <build>`: a property failing the unpatched build kills nothing
 
 
 def control_name(mutant) -> str:
