@@ -352,7 +352,7 @@ def cmd_mutate(args) -> int:
                 "max_examples": args.max_examples or "profile", "escalate_examples": escalate,
                 "shrink_seconds": args.shrink_seconds,
                 "budget_s": args.budget, "first_kill": args.first_kill, "wall_s": round(wall, 1),
-                "device": "cpu (interpreter)" if device.interpreted() else "cuda",
+                "device": "cpu (interpreter)" if device.resolve() == "cpu" else "cuda",  # the workers' choice
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions(),
                 "controls": failed_controls or "every control passed every property"}
         paths = write_report(results, prop_names, args.report, meta)
