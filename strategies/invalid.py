@@ -39,6 +39,9 @@ class InvalidBatch(tuple):
     def expected_field(self) -> str:
         return self[1]
 
+    def __reduce__(self):  # picklable, so failure records cross process boundaries (check --jobs)
+        return (InvalidBatch, (self[0], self[1], self.defect))
+
     def __repr__(self) -> str:
         return f"InvalidBatch(defect={self.defect!r}, expected_field={self[1]!r}, batch={_safe_repr(self[0])})"
 

@@ -138,3 +138,17 @@ def test_report_plots_every_kind(tmp_path):
     (power,) = doc["distribution_power"]
     assert power["property"] == "distribution_model_drafts" and 0 < power["min_detectable_tv"] < 1
     assert "What the distribution campaigns can detect" in md
+
+
+def test_a_worker_outcome_crosses_processes():
+    """`check --jobs`: a failure record goes back to the parent without its live exception and,
+    when the drawn value cannot be pickled, without it (the bundle keeps it), never breaking the pool."""
+    import pickle
+
+    from rs_verify.engine.pool import portable
+
+    failure = Failure(property="p", sampler="s", kind="error", message="ValueError: x",
+                      drawn=(lambda: None), exception=ValueError("x"))
+    out = portable(Outcome("p", "failed", failure=failure))
+    assert out.failure.exception is None and out.failure.drawn is None and "worker process" in out.failure.notes[-1]
+    assert pickle.loads(pickle.dumps(out)).failure.message == "ValueError: x"
