@@ -94,7 +94,7 @@ def cmd_check(args) -> int:
     console.print(f"[bold]rs-verify check[/]: sampler [cyan]{escape(args.sampler)}[/] on {dev} ({where}), "
                   f"profile {profile}, {len(props)} properties, example database: "
                   f"{database.describe(settings().database)}")
-    jobs = _jobs(args.jobs, dev, baseline)
+    jobs = min(_jobs(args.jobs, dev, baseline), len(props))
     if jobs > 1:
         setup = pool.Setup(args.sampler, reference_spec, dev, profile, args.isolate, args.timeout, url,
                            args.max_examples, bundle_dir, run_options)
@@ -133,7 +133,8 @@ def cmd_check(args) -> int:
 
 def _jobs(requested: int | None, dev: str, baseline) -> int:
     """Worker processes for `check`: as asked, else one per CPU core (at most 4) through the
-    interpreter, and one on CUDA or with a baseline (its timing and memory want the device alone)."""
+    interpreter, and one on CUDA or with a baseline (its timing and memory want the device alone);
+    never more than there are properties to run."""
     if requested is not None:
         if requested < 1:
             raise SystemExit(f"rs-verify: --jobs must be >= 1, not {requested}")
