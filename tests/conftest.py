@@ -1,5 +1,7 @@
 """Fixtures: the samplers under test, built once per session."""
 
+import os
+
 import pytest
 
 from reference import ReferenceSampler
@@ -7,6 +9,13 @@ from rs_verify.engine import device
 from rs_verify.triton_sampler import TritonSampler
 
 SAMPLERS = ["reference", "triton"]
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One intra-op thread per xdist worker: `pytest -n 2` on 2 cores, with tests that start their
+    # own subprocesses, is oversubscribed already.
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
