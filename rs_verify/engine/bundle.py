@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec.batch import ARRAY_FIELDS, SpecBatch
+from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALAR_FIELDS, SpecBatch
 from .defaults import DEFAULT_BUNDLE_DIR as DEFAULT_DIR
 from .records import Failure
 from .versions import versions
@@ -39,7 +39,8 @@ from .versions import versions
 FORMAT = "rs-verify-bundle"
 VERSION = 1
 META_KEY = "__meta__"
-_SCALAR_FIELDS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode")
+# Batch fields added after the first bundles were written: an older bundle replays with their defaults.
+_LATER_FIELDS = {"top_k": None, "top_p": None, "min_p": None, "verification": "token"}
 _REQUIRED = ("format", "version", "property", "sampler", "options", "versions", "drawn", "batch")
 
 
@@ -170,14 +171,13 @@ def _decode(tree, arrays: dict):
         return {k: _decode(v, arrays) for k, v in tree["$dict"].items()}
     if "$batch" in tree:
         kw = {}
-        for name in ARRAY_FIELDS:
+        for name in (*ARRAY_FIELDS, *_SCALAR_FIELDS):
             if name not in tree:
+                if name in _LATER_FIELDS:
+                    kw[name] = _LATER_FIELDS[name]
+                    continue
                 raise BundleError(f"batch {tree['$batch']!r}: missing field {name!r}")
             kw[name] = None if tree[name] is None else _decode(tree[name], arrays)
-        for name in _SCALAR_FIELDS:
-            if name not in tree:
-                raise BundleError(f"batch {tree['$batch']!r}: missing field {name!r}")
-            kw[name] = _decode(tree[name], arrays)
         return SpecBatch(**kw)
     if "$repr" in tree:
         raise BundleError(f"the drawn value {tree['$repr']} was not stored and cannot be replayed")

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec.batch import ARRAY_FIELDS, SpecBatch
+from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALARS, SpecBatch
 from . import device
 
-_SCALARS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode")
 _calls = 0
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..properties.registry import PROPERTIES, Context, Property
-from ..spec.batch import ARRAY_FIELDS, SpecBatch
+from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS, SpecBatch
 from . import bundle as bundles
 from . import isolation
 from .baseline import open_baseline
@@ -126,8 +126,7 @@ def _array_code(a) -> str:
 def batch_to_code(batch: SpecBatch) -> str:
     """Python source that rebuilds `batch` exactly (float32 values round-trip through repr)."""
     args = [f"    {name}={_array_code(getattr(batch, name))}," for name in ARRAY_FIELDS]
-    args += [f"    {name}={getattr(batch, name)!r}," for name in
-             ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode")]
+    args += [f"    {name}={getattr(batch, name)!r}," for name in SCALAR_FIELDS]
     return "SpecBatch(\n" + "\n".join(args) + "\n)"
 
 

@@ -7,13 +7,13 @@ import re
 
 import numpy as np
 
-from ..spec.batch import ARRAY_FIELDS
+from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS
 from ..spec.validation import validate
 from .assertions import event, observed
 from .registry import PropertyFailure, register
 from .inputs import invalid, invalid_of_every_class
 
-FIELDS = (*ARRAY_FIELDS, "num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode")
+FIELDS = (*ARRAY_FIELDS, *SCALAR_FIELDS)
 # A field name as a word of its own: `logits` inside `target_logits` names nothing.
 _FIELD_WORD = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(FIELDS, key=len, reverse=True)) + r")(?![A-Za-z0-9_])")
 # The contract's own messages read `field: why` or `field[index]: why` (rs_verify.spec.validation).

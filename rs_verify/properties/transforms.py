@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec.batch import SpecBatch
+from ..spec.batch import STATE_FIELDS, SpecBatch
 from ..spec.chunking import select_requests
 
 
@@ -25,9 +25,8 @@ def merge_unrelated(batch: SpecBatch, rng: np.random.Generator) -> tuple[SpecBat
         idx_mapping=(np.asarray(batch.idx_mapping) + s).astype(np.int32),
     )
     states = dict(
-        temperature=np.concatenate([batch.temperature, batch.temperature]),
+        tiled_states(batch, 2),
         seeds=np.concatenate([batch.seeds, rng.integers(-(2**63), 2**63 - 1, s, dtype=np.int64, endpoint=True)]),
-        draft_logits=None if batch.draft_logits is None else np.concatenate([batch.draft_logits] * 2),
     )
     both = _concat_batches(batch.replace(**states), other)
     order = rng.permutation(2 * r)
@@ -72,8 +71,17 @@ def reseeded_copies(batch: SpecBatch, copies: int, seed: int) -> SpecBatch:
         )
         out = _concat_batches(out, other)
     return out.replace(
-        temperature=np.tile(batch.temperature, copies),
+        **tiled_states(batch, copies),
         seeds=np.concatenate([batch.seeds] + [rng.integers(-(2**63), 2**63 - 1, s, dtype=np.int64, endpoint=True)
                                               for _ in range(copies - 1)]),
-        draft_logits=None if batch.draft_logits is None else np.concatenate([batch.draft_logits] * copies),
     )
+
+
+def tiled_states(batch: SpecBatch, copies: int) -> dict:
+    """Every per-state array of `batch` (SPEC section 1: temperature, seeds, the sampling parameters,
+    draft logits) repeated `copies` times: state `s + c * S` is a copy of state `s`."""
+    out = {}
+    for name in (*STATE_FIELDS, "draft_logits"):
+        a = getattr(batch, name)
+        out[name] = None if a is None else np.concatenate([a] * copies)
+    return out

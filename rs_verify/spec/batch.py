@@ -12,6 +12,8 @@ import numpy as np
 
 LOGITS_DTYPES = ("float32", "bfloat16", "float16")
 LOGPROBS_MODES = ("raw", "processed")
+VERIFICATION_METHODS = ("token", "block")  # SPEC sections 4 and 4b
+SAMPLING_PARAMS = ("min_p", "top_k", "top_p")  # SPEC section 2, in the order they mask
 
 ARRAY_FIELDS = (
     "target_logits",
@@ -22,7 +24,15 @@ ARRAY_FIELDS = (
     "idx_mapping",
     "temperature",
     "seeds",
+    "top_k",
+    "top_p",
+    "min_p",
 )
+# Arrays indexed by request state (`[S]`, `draft_logits` `[S, K, Vd]`): never sliced by chunking.
+STATE_FIELDS = ("temperature", "seeds", "top_k", "top_p", "min_p")
+SCALAR_FIELDS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode", "verification")
+# How many values of a per-request list a summary shows before "..." (a campaign has 200,000 requests).
+SUMMARY_ITEMS = 8
 
 
 def _standard_strides(shape, itemsize: int) -> tuple:
@@ -69,6 +79,10 @@ class SpecBatch:
     logits_dtype: str = "float32"
     num_logprobs: int | None = None
     logprobs_mode: str = "raw"
+    top_k: np.ndarray | None = None  # int32 [S]; 0 (or >= V') is off (SPEC section 2)
+    top_p: np.ndarray | None = None  # float32 [S] in (0, 1]; 1 is off
+    min_p: np.ndarray | None = None  # float32 [S] in [0, 1]; 0 is off
+    verification: str = "token"  # "token" (SPEC section 4) or "block" (section 4b)
 
     def __post_init__(self):
         for name in ARRAY_FIELDS:
@@ -117,11 +131,30 @@ class SpecBatch:
     def replace(self, **changes) -> "SpecBatch":
         return dataclasses.replace(self, **changes)
 
-    def summary(self) -> str:
-        """A compact one-paragraph description, for failure messages (tolerates malformed batches)."""
+    def sampling_params_on(self) -> tuple[str, ...]:
+        """The sampling parameters (SPEC section 2) that are on for at least one referenced stochastic state."""
+        out = []
         try:
-            n = self.num_draft_tokens.tolist()
-            temps = [float(self.temperature[int(s)]) for s in self.idx_mapping]
+            states = np.asarray(self.idx_mapping, dtype=np.int64)
+            stochastic = states[np.asarray(self.temperature)[states] > 0]
+            for name, off in (("min_p", 0), ("top_k", 0), ("top_p", 1)):
+                a = getattr(self, name)
+                if a is not None and (np.asarray(a)[stochastic] != off).any():
+                    out.append(name)
+        except (IndexError, TypeError, ValueError):
+            pass
+        return tuple(out)
+
+    def summary(self) -> str:
+        """A compact one-paragraph description, for failure messages (tolerates malformed batches).
+
+        Bounded whatever the batch size (as OpInfo's `summary()`): per-request values are shown
+        for the first `SUMMARY_ITEMS` requests, then `...` and the count; the whole batch stays
+        in the failure bundle."""
+        try:
+            n = _head(self.num_draft_tokens.tolist())
+            states = np.asarray(self.idx_mapping, dtype=np.int64)[:SUMMARY_ITEMS + 1]
+            temps = _head([float(self.temperature[int(s)]) for s in states], total=self.num_reqs)
         except (IndexError, TypeError, ValueError):
             n, temps = "?", "?"
         try:
@@ -134,13 +167,26 @@ class SpecBatch:
         else:
             drafts = f"model(draft_logits shape {list(np.shape(self.draft_logits))})"
         lp = "off" if self.num_logprobs is None else f"k={self.num_logprobs},{self.logprobs_mode}"
+        extra = "" if self.verification == "token" else f", verification={self.verification}"
+        params = self.sampling_params_on()
+        if params:
+            extra += ", sampling params " + "/".join(params)
         return (
             f"SpecBatch({shape}, drafts={drafts}, dtype={self.logits_dtype}, "
-            f"logprobs={lp}, n_r={n}, T={temps})"
+            f"logprobs={lp}{extra}, n_r={n}, T={temps})"
         )
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+def _head(values: list, total: int | None = None) -> str:
+    """`values` as a list literal, cut to the first `SUMMARY_ITEMS` and `... (N in all)`."""
+    total = len(values) if total is None else total
+    if total <= SUMMARY_ITEMS:
+        return str(values[:total])
+    shown = ", ".join(str(v) for v in values[:SUMMARY_ITEMS])
+    return f"[{shown}, ... ({total} in all)]"
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,10 +227,14 @@ class SamplerOutput:
     extras: dict = field(default_factory=dict)  # optional instrumentation, never compared
 
     def arrays(self) -> dict:
-        """Every compared field as a name -> array mapping (logprobs fields prefixed)."""
+        """Every compared field as a name -> array mapping (logprobs fields prefixed), including
+        `logprobs.cu_num_generated_tokens` (SPEC section 7: part of the compared output; `None`
+        as an empty array, which no real `cu` list is)."""
         out = {"sampled": self.sampled, "num_sampled": self.num_sampled}
         if self.logprobs is not None:
             out.update({f"logprobs.{k}": v for k, v in self.logprobs.fields().items()})
+            cu = self.logprobs.cu_num_generated_tokens
+            out["logprobs.cu_num_generated_tokens"] = np.asarray([] if cu is None else list(cu), dtype=np.int64)
         return out
 
     def request(self, r: int) -> list[int]:

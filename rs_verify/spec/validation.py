@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import LOGITS_DTYPES, LOGPROBS_MODES, SpecBatch
+from .batch import LOGITS_DTYPES, LOGPROBS_MODES, VERIFICATION_METHODS, SpecBatch
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -44,6 +44,10 @@ def _representable(x: np.ndarray, dtype: str) -> np.ndarray:
         return x.astype(np.float16).astype(np.float32) == x
 
 
+# SPEC section 2's per-state sampling parameters and their dtypes (each optional: None is off for all).
+SAMPLING_PARAM_DTYPES = (("top_k", np.int32), ("top_p", np.float32), ("min_p", np.float32))
+
+
 def _check_structure(batch: SpecBatch) -> None:
     k = batch.num_speculative_steps
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
@@ -52,6 +56,8 @@ def _check_structure(batch: SpecBatch) -> None:
         _fail("logits_dtype", None, f"unknown dtype {batch.logits_dtype!r}; expected one of {LOGITS_DTYPES}")
     if batch.logprobs_mode not in LOGPROBS_MODES:
         _fail("logprobs_mode", None, f"unknown mode {batch.logprobs_mode!r}; expected one of {LOGPROBS_MODES}")
+    if batch.verification not in VERIFICATION_METHODS:
+        _fail("verification", None, f"unknown method {batch.verification!r}; expected one of {VERIFICATION_METHODS}")
     tl = _check_array(batch, "target_logits", np.float32, (None, None))
     n, v = tl.shape
     if v < 1:
@@ -66,6 +72,9 @@ def _check_structure(batch: SpecBatch) -> None:
     _check_array(batch, "idx_mapping", np.int32, (r,))
     _check_array(batch, "draft_token_ids", np.int64, (n,))
     _check_array(batch, "pos", np.int64, (n,))
+    for name, dtype in SAMPLING_PARAM_DTYPES:
+        if getattr(batch, name) is not None:
+            _check_array(batch, name, dtype, (s,))
     if batch.draft_logits is not None:
         dl = _check_array(batch, "draft_logits", np.float32, (s, k, None))
         if dl.shape[2] < 1:
@@ -149,6 +158,7 @@ def _check_values(batch: SpecBatch) -> None:
     if bad.any():
         r = _first(bad)
         _fail("temperature", int(states[r]), f"must be finite and >= 0, got {temp[r]} (request {r})")
+    _check_sampling_params(batch, states)
     # Verified draft ids: every row of a request but its first holds one (row j verifies id j + 1).
     first_row = np.zeros(batch.num_logits, bool)
     first_row[cu[:-1]] = True
@@ -175,6 +185,24 @@ def _check_values(batch: SpecBatch) -> None:
     if overflow.any():
         r = _first(overflow)
         _fail("temperature", int(states[r]), f"{temp[r]} overflows float32 for a logit of magnitude {req_absmax[r]}")
+
+
+def _check_sampling_params(batch: SpecBatch, states: np.ndarray) -> None:
+    """SPEC section 9: `top_k >= 0`, `top_p` finite in (0, 1], `min_p` in [0, 1], at the referenced states."""
+    rules = (
+        ("top_k", lambda a: a < 0, "must be >= 0 (0 is off)"),
+        ("top_p", lambda a: ~np.isfinite(a) | (a <= 0) | (a > 1), "must be finite and in (0, 1] (1 is off)"),
+        ("min_p", lambda a: ~(a >= 0) | (a > 1), "must be in [0, 1] (0 is off)"),
+    )
+    for name, bad_value, why in rules:
+        a = getattr(batch, name)
+        if a is None or not states.size:
+            continue
+        vals = np.asarray(a)[states]
+        bad = bad_value(vals)
+        if bad.any():
+            r = _first(bad)
+            _fail(name, int(states[r]), f"{why}, got {vals[r]} (request {r})")
 
 
 def check_structure(batch: SpecBatch) -> SpecBatch:
