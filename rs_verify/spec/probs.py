@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import SpecBatch
+from .masks import batch_masks
 
 
 def row_states(batch: SpecBatch) -> np.ndarray:
@@ -41,11 +42,20 @@ def softmax64(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def target_probs(batch: SpecBatch) -> np.ndarray:
-    """p of every row over [0, V') in float64 [N, V'] (greedy rows: softmax of raw logits)."""
+def processed_logits(batch: SpecBatch, *, masked: bool = True) -> np.ndarray:
+    """z of every row over [0, V') (float32 [N, V']): `fp32(x) / T`, then (with `masked`) the
+    sampling-parameter masks of SPEC section 2 as -inf; raw for greedy rows."""
     temp = np.asarray(batch.temperature)[row_states(batch)]
     z = process(np.asarray(batch.target_logits)[:, : batch.effective_vocab_size], temp)
-    return softmax64(z)
+    if masked and batch.sampling_params_on():
+        z = np.where(batch_masks(batch, z).kept, z, np.float32(-np.inf)).astype(np.float32)
+    return z
+
+
+def target_probs(batch: SpecBatch) -> np.ndarray:
+    """p of every row over [0, V') in float64 [N, V'] (SPEC section 2: temperature, then the
+    sampling-parameter masks; greedy rows: softmax of the raw logits)."""
+    return softmax64(processed_logits(batch))
 
 
 def draft_probs(batch: SpecBatch) -> np.ndarray | None:
