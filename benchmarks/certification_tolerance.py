@@ -29,12 +29,12 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from mutants.catalogue import by_name  # noqa: E402
-from reference import ReferenceSampler  # noqa: E402
+from rs_verify.reference import ReferenceSampler  # noqa: E402
 from rs_verify.engine import profiles, runner  # noqa: E402
 from rs_verify.properties import PROPERTIES  # noqa: E402
 from rs_verify.properties.certification import DEFAULT_EPS, REPLICAS, compare_decisions  # noqa: E402
 from rs_verify.properties.transforms import reseeded_copies  # noqa: E402
-from strategies.batches import PATTERNS, round_to_dtype  # noqa: E402
+from rs_verify.strategies.batches import PATTERNS, round_to_dtype  # noqa: E402
 
 FILLER = -1e4
 
@@ -66,7 +66,7 @@ def with_filler(batch):
 
 def old_scales(batch):
     """Per row: the old `L` of the target row alone and with its draft row (largest finite |z|)."""
-    from reference import processed_logits
+    from rs_verify.reference import processed_logits
 
     def absmax(z):
         a = np.abs(z.astype(np.float64))

@@ -25,7 +25,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from reference import ReferenceSampler  # noqa: E402
+from rs_verify.reference import ReferenceSampler  # noqa: E402
 from rs_verify.properties import distribution as dist  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "distribution_time.md"

@@ -106,7 +106,7 @@ def run(args_ns):
 
     say("| mode | logits | time (ms) | read floor (ms) | ratio to floor | 8+ chunks (ms) | chunked / single |")
     say("|---|---|---:|---:|---:|---:|---:|")
-    for mode, dtype in [("model", "float32"), ("one-hot", "float32"), ("greedy", "float32"), ("model", "bfloat16")]:
+    for mode, dtype in [("model", "float32"), ("one_hot", "float32"), ("greedy", "float32"), ("model", "bfloat16")]:
         a, cu_host = make_inputs(r, k, v, mode, dtype, device)
         single = bench(call(a, cu_host, max_chunk_logits=r * (k + 1)), device)
         chunk_cap = max(1, (r * (k + 1)) // 8)

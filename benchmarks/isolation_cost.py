@@ -27,7 +27,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from rs_verify import SamplerOutput  # noqa: E402
-from rs_verify.engine import device, guards, isolation  # noqa: E402
+from rs_verify.engine import isolation  # noqa: E402
+from rs_verify.harness import device, guards  # noqa: E402
 from rs_verify.properties.memory import large_batch  # noqa: E402
 
 

@@ -50,9 +50,10 @@ from hypothesis.reporting import with_reporter
 from rich.console import Console
 from rich.markup import escape
 
-from reference import ReferenceSampler
-from rs_verify.engine import device, profiles, runner
-from rs_verify.engine.samplers import import_module
+from rs_verify.reference import ReferenceSampler
+from rs_verify.engine import profiles, runner
+from rs_verify.harness import device
+from rs_verify.harness.samplers import import_module
 from rs_verify.engine.versions import versions
 from rs_verify.properties import PROPERTIES, by_cost
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from .mutation import load_patched
 
 TRITON = "rs_verify.triton_sampler"
-REFERENCE = "reference"
+REFERENCE = "rs_verify.reference"
 TRITON_BUILD = "pkg.TritonSampler(block_v=32)"
 
 
@@ -46,7 +46,7 @@ class Mutant:
 
     - `name`: a short identifier (`python -m mutants --only NAME`).
     - `models`: the real-world bug it models, one line, naming the failure mode.
-    - `target`: the package patched ("rs_verify.triton_sampler" or "reference").
+    - `target`: the package patched ("rs_verify.triton_sampler" or "rs_verify.reference").
     - `patches`: `{"module.py": [(old, new), ...]}`, each `old` present exactly once.
     - `build`: expression building the sampler from the patched package `pkg`.
     - `killers`: properties expected to kill it (documentation and the meta-test's subset).

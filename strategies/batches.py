@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from rs_verify.spec.batch import LOGITS_DTYPES, LOGPROBS_MODES, SpecBatch
+from rs_verify.spec.batch import DRAFT_MODES, LOGITS_DTYPES, LOGPROBS_MODES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 
 from .drafts import lean_draft_ids, pattern_draft_rows
 from .events import label_decisions, label_structure
@@ -29,8 +29,15 @@ from .scalars import (DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, garbage_temperatur
                       seeds as default_seeds, temperature as kind_temperature, temperature_kinds,
                       vocab_sizes as default_vocab_sizes)
 
-DRAFT_MODES = ("model", "one-hot")
 LOGPROBS_CHOICES = (None,) + LOGPROBS_MODES
+
+
+# The contract spells the mode "one_hot" (SPEC section 10); earlier releases of these strategies said "one-hot".
+_DRAFT_ALIASES = {"one-hot": "one_hot"}
+
+
+def _seq(values):
+    return values if isinstance(values, str) or not hasattr(values, "__iter__") else list(values)
 
 
 # -- shared layout helpers (also used by strategies.decisions) ----------------------------
@@ -78,7 +85,8 @@ def check_common(**kw) -> dict:
         max_reqs=kw["max_reqs"],
         max_spec_steps=kw["max_spec_steps"],
         min_drafts=kw["min_drafts"],
-        draft_modes=check_choices("draft_modes", kw["draft_modes"], DRAFT_MODES),
+        draft_modes=check_choices("draft_modes", [_DRAFT_ALIASES.get(m, m) for m in _seq(kw["draft_modes"])],
+                                  DRAFT_MODES),
         draft_vocab=kw["draft_vocab"],
         temperatures=check_choices("temperatures", kw["temperatures"], TEMPERATURE_KINDS),
         dtypes=check_choices("logits_dtypes", kw["logits_dtypes"], LOGITS_DTYPES),
@@ -90,6 +98,9 @@ def check_common(**kw) -> dict:
         max_extra_states=kw["max_extra_states"],
         seeds=default_seeds() if kw["seeds"] is None else kw["seeds"],
         positions=default_positions() if kw["positions"] is None else kw["positions"],
+        verifications=check_choices("verifications", kw["verifications"], VERIFICATION_METHODS),
+        sampling_params=() if not kw["sampling_params"] else check_choices("sampling_params", kw["sampling_params"],
+                                                                            SAMPLING_PARAMS),
     )
 
 
@@ -116,6 +127,8 @@ def spec_batches(
     max_extra_states: int = 3,
     seeds: st.SearchStrategy[int] | None = None,
     positions: st.SearchStrategy[int] | None = None,
+    verifications: Sequence[str] = ("token",),
+    sampling_params: Sequence[str] = (),
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) covering every SPEC field.
 
@@ -132,7 +145,7 @@ def spec_batches(
     * `vocab_sizes`: a strategy or a sequence of target vocab sizes `V >= 1`; by default
       `vocab_sizes(max_vocab)` (1, tiny sizes, block edges, sometimes `[255, max_vocab]`).
     * `max_vocab`: the largest default vocab size (ignored when `vocab_sizes` is given).
-    * `draft_modes`: some of "model" (draft logits `[S, K, Vd]`) and "one-hot" (`None`).
+    * `draft_modes`: some of "model" (draft logits `[S, K, Vd]`) and "one_hot" (`None`; "one-hot" is accepted too).
     * `draft_vocab`: allow a draft vocab `Vd < V` for model drafts (else `Vd == V`).
     * `temperatures`: some of "greedy" (`T = 0`), "one" (exactly 1.0), "random"
       (log-uniform in `[0.05, 4]`) and "mixed" (each request one of the three).
@@ -156,7 +169,8 @@ def spec_batches(
                        max_vocab=max_vocab, draft_modes=draft_modes, draft_vocab=draft_vocab,
                        temperatures=temperatures, logits_dtypes=logits_dtypes, logprobs=logprobs,
                        max_logprobs=max_logprobs, padded_drafts=padded_drafts, masks=masks, patterns=patterns,
-                       max_extra_states=max_extra_states, seeds=seeds, positions=positions)
+                       max_extra_states=max_extra_states, seeds=seeds, positions=positions,
+                       verifications=verifications, sampling_params=sampling_params)
     cfg["vocab"] = vocab_strategy(vocab_sizes, default_vocab_sizes(max_vocab))
     return _spec_batches(cfg)
 
@@ -178,6 +192,8 @@ def _spec_batches(draw, cfg) -> SpecBatch:
     dtype = draw(st.sampled_from(cfg["dtypes"]))
     temp_kind = draw(st.sampled_from(cfg["temperatures"]))
     lp_mode = draw(st.sampled_from(cfg["logprobs"]))
+    verification = cfg["verifications"][0] if len(cfg["verifications"]) == 1 else draw(
+        st.sampled_from(cfg["verifications"]))
     num_logprobs = None if lp_mode is None else draw(st.integers(0, min(V, cfg["max_logprobs"])))
     padded = cfg["padded"] and rare(draw)
     masked = cfg["masks"] and rare(draw, 3)
@@ -235,6 +251,7 @@ def _spec_batches(draw, cfg) -> SpecBatch:
         logits_dtype=dtype,
         num_logprobs=num_logprobs,
         logprobs_mode=lp_mode or "raw",
+        verification=verification,
     )
     label_structure(batch, mode, dtype, temp_kind, kinds, patterns, lp_mode, masked, idx)
     label_decisions(batch, DEFAULT_BLOCK_SIZES)

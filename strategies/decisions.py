@@ -86,6 +86,8 @@ def decision_batches(
     seeds: st.SearchStrategy[int] | None = None,
     positions: st.SearchStrategy[int] | None = None,
     saturated: bool = True,
+    verifications: Sequence[str] = ("token",),
+    sampling_params: Sequence[str] = (),
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
 
@@ -103,7 +105,7 @@ def decision_batches(
     * `block_sizes`: vocabulary block sizes of the samplers under test: default vocab sizes
       straddle their multiples, and the draw is labelled "multi-block vocab (V > B)" and
       "partial tail block (...)" for each.
-    * `draft_modes`: some of "model" (two draws in three when both) and "one-hot".
+    * `draft_modes`: some of "model" (two draws in three when both) and "one_hot".
     * `draft_vocab`: allow a draft vocab `Vd < V` for model drafts (one draw in six).
     * `temperatures`: the kinds a request may take, some of "greedy", "one", "random"
       ("mixed" allows all three); each request draws its own (weights 1 : 2 : 3), and a
@@ -120,7 +122,8 @@ def decision_batches(
                        max_vocab=max_vocab, draft_modes=draft_modes, draft_vocab=draft_vocab,
                        temperatures=temperatures, logits_dtypes=logits_dtypes, logprobs=logprobs,
                        max_logprobs=max_logprobs, padded_drafts=padded_drafts, masks=masks, patterns=patterns,
-                       max_extra_states=max_extra_states, seeds=seeds, positions=positions)
+                       max_extra_states=max_extra_states, seeds=seeds, positions=positions,
+                       verifications=verifications, sampling_params=sampling_params)
     check_bool("saturated", saturated)
     cfg["block_sizes"] = check_ints("block_sizes", block_sizes, 1)
     cfg["vocab"] = vocab_strategy(vocab_sizes, block_edge_vocab_sizes(max_vocab, cfg["block_sizes"]))
@@ -174,7 +177,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     n_r = [_draft_count(draw, cfg["min_drafts"], n_lo, K) for _ in range(R)]
     V = drawn_vocab(draw(cfg["vocab"]))
     modes = cfg["draft_modes"]
-    mode = modes[0] if len(modes) == 1 else ("one-hot" if rare(draw, 3) else "model")
+    mode = modes[0] if len(modes) == 1 else ("one_hot" if rare(draw, 3) else "model")
     Vd = None
     if mode == "model":
         Vd = V
@@ -183,6 +186,8 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     v_eff = V if Vd is None else Vd
     dtype = draw(st.sampled_from(cfg["dtypes"]))
     lp_mode = draw(st.sampled_from(cfg["logprobs"]))
+    verification = cfg["verifications"][0] if len(cfg["verifications"]) == 1 else draw(
+        st.sampled_from(cfg["verifications"]))
     num_logprobs = None if lp_mode is None else draw(st.integers(0, min(V, cfg["max_logprobs"])))
     kinds = [_request_kind(draw, cfg["kinds"]) for _ in range(R)]
     if R and all(k == "greedy" for k in kinds) and len(cfg["kinds"]) > 1:
@@ -239,7 +244,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
 
     stochastic = [r for r in range(R) if temps[r] > 0 and n_r[r] > 0]
     draft_ids = lean_draft_ids(rng, target, cu, v_eff, False)
-    draft = None if mode == "one-hot" else round_to_dtype(rng.uniform(-20.0, 20.0, (S, K, Vd)), dtype)
+    draft = None if mode == "one_hot" else round_to_dtype(rng.uniform(-20.0, 20.0, (S, K, Vd)), dtype)
     for r in range(R):
         n, lo, s = n_r[r], int(cu[r]), int(idx[r])
         if n == 0:
@@ -276,6 +281,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         logits_dtype=dtype,
         num_logprobs=num_logprobs,
         logprobs_mode=lp_mode or "raw",
+        verification=verification,
     )
     label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
     label_decisions(batch, cfg["block_sizes"])

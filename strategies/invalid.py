@@ -17,7 +17,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from rs_verify.spec.batch import ARRAY_FIELDS, SpecBatch
+from rs_verify.spec.batch import ARRAY_FIELDS, SAMPLING_PARAMS, SpecBatch
 
 from .batches import spec_batches
 from .logits import FLOAT32_MAX
@@ -325,7 +325,7 @@ _BF16 = dict(logits_dtypes=("bfloat16",))
 _FP16 = dict(logits_dtypes=("float16",))
 
 _DEFECTS: dict[str, tuple[str, dict, object]] = {}
-for _f in ARRAY_FIELDS:
+for _f in (f for f in ARRAY_FIELDS if f not in SAMPLING_PARAMS):  # optional arrays: their own classes
     _needs = _MODEL if _f == "draft_logits" else {}
     _DEFECTS[f"dtype:{_f}"] = (_f, _needs, _wrong_dtype(_f))
     _DEFECTS[f"shape:{_f}"] = (_f, _needs, _wrong_shape(_f))

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from reference import ReferenceSampler
-from rs_verify.engine import device
+from rs_verify.reference import ReferenceSampler
+from rs_verify.harness import device
 from rs_verify.triton_sampler import TritonSampler
 
 SAMPLERS = ["reference", "triton"]

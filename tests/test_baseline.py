@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from reference import ReferenceSampler
+from rs_verify.reference import ReferenceSampler
 from rs_verify.engine import baseline as baselines
-from rs_verify.engine import runner, timing
+from rs_verify.engine import runner
+from rs_verify.harness import timing
 from rs_verify.engine.context import current_device
-from rs_verify.engine.samplers import load_sampler
+from rs_verify.harness.samplers import load_sampler
 from rs_verify.frontends import baseline_gate
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties import baseline as props
@@ -41,7 +42,7 @@ def _git(cwd, *args):
 
 
 TOY_V1 = '''
-from reference import ReferenceSampler
+from rs_verify.reference import ReferenceSampler
 
 
 class Sampler(ReferenceSampler):
@@ -167,7 +168,7 @@ def test_skipped_without_a_baseline_and_speed_not_measured_without_cuda():
 SLOW = '''
 import time
 
-from reference import ReferenceSampler
+from rs_verify.reference import ReferenceSampler
 
 
 class Sampler(ReferenceSampler):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, find, settings
 
 from mutants.catalogue import by_name
-from reference import ReferenceSampler, acceptance_uniforms
+from rs_verify.reference import ReferenceSampler, acceptance_uniforms
 from rs_verify.engine.runner import hypothesis_test, make_context, skip_reason
 from rs_verify.properties import PROPERTIES, PropertyFailure
 from rs_verify.properties.certification import DEFAULT_EPS, certify, compare_decisions, compare_logprobs

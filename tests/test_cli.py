@@ -29,7 +29,7 @@ def test_list_shows_every_property():
     assert out.returncode == 0, out.stderr
     for name in PROPERTIES:
         assert name in out.stdout
-    assert "reference:ReferenceSampler" in out.stdout
+    assert "rs_verify.reference:ReferenceSampler" in out.stdout
 
 
 def test_check_writes_table_report_and_plots(tmp_path):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from examples.torch_sampler import TorchSampler
-from reference import ReferenceSampler
+from rs_verify.reference import ReferenceSampler
 from rs_verify.engine.context import make_context, skip_reason
-from rs_verify.engine.declared import Declared, declared
+from rs_verify.harness.record import DeclarationError, SamplerRecord, record_of
 from rs_verify.engine.runner import run
 from rs_verify.properties import PROPERTIES
 
@@ -34,10 +34,23 @@ def test_declarations_narrow_the_strategies():
     kw = ctx.batch_kwargs
     assert kw["logprobs"] == (None,) and kw["draft_modes"] == ("model",) and kw["logits_dtypes"] == ("float32",)
     assert kw["min_drafts"] == 2 and kw["max_spec_steps"] >= 2
-    missing = " ".join(declared(_Toy()).not_exercised())
-    for what in ("logprobs", "one-hot drafts", "bfloat16", "float16", "fewer than 2 drafts"):
+    missing = " ".join(record_of(_Toy()).not_exercised())
+    for what in ("logprobs", "one-hot drafts", "bfloat16", "float16", "fewer than 2 drafts", "block verification",
+                 "min_p, top_k, top_p"):
         assert what in missing
-    assert Declared().not_exercised() == []  # the SPEC defaults exercise everything
+    everything = SamplerRecord(name="all", verification_methods={"token", "block"},
+                               sampling_params={"min_p", "top_k", "top_p"})
+    assert everything.not_exercised() == []  # a sampler declaring the whole SPEC is exercised on all of it
+
+
+@pytest.mark.parametrize("attr, value", [("draft_modes", {"one-hot"}), ("verification_methods", {"block"}),
+                                         ("sampling_params", {"top_q"}), ("streams", "numpy"),
+                                         ("min_spec_steps", -1), ("logits_dtypes", "float32")])
+def test_declarations_the_spec_forbids_are_refused(attr, value):
+    toy = _Toy()
+    setattr(toy, attr, value)
+    with pytest.raises(DeclarationError, match=attr):
+        record_of(toy)
 
 
 def test_triton_sampler_without_logprobs_passes_on_cpu_without_device_options(tmp_path):

@@ -23,7 +23,7 @@ def test_edge_values_are_edges():
 
 def test_edge_batches_take_the_edge(reference):
     """Without the clamp / with log(1 - v) the reference would decide otherwise: the campaign is not vacuous."""
-    for mode in ("one-hot", "model"):
+    for mode in ("one_hot", "model"):
         out = reference(edges.edge_batch(mode))
         assert out.request(0)[0] != 1  # the draft p(d) ~ 1e-14 is rejected at u = TINY (accepted at u = 0)
         assert out.request(1) != [edges.TINY_V[2]]  # logit -40 loses with G ~ 18 (wins with G = +inf)

@@ -13,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rs_verify", "reference", "strategies", "mutants")
+# Folders that install under another name (pyproject's package-dir): one top-level import name.
+INSTALLED_AS = {"reference": "rs_verify.reference", "strategies": "rs_verify.strategies"}
 MAX_LINES = 420  # "modules of a few hundred lines"; data tables are exempt below
 DATA_TABLES = {"mutants.catalogue"}
 
@@ -22,6 +24,7 @@ def _modules() -> dict[str, Path]:
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = (*INSTALLED_AS.get(parts[0], parts[0]).split("."), *parts[1:])
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             out[name] = path
     return out
@@ -78,22 +81,48 @@ def _all_imports(module: str) -> set[str]:
     return _imports(module, top_level=False)
 
 
-@pytest.mark.parametrize("layer, allowed", [
+# Each layer and what it may import. `rs_verify` itself (the package `__init__`: the contract's
+# re-exports) is allowed by exact name only; everything else by prefix.
+WALLS = [
     ("rs_verify.spec", ("rs_verify.spec",)),
-    ("reference", ("reference", "rs_verify.spec", "rs_verify")),
-    ("strategies", ("strategies", "rs_verify.spec", "rs_verify")),
-    ("rs_verify.properties", ("rs_verify.properties", "rs_verify.spec", "rs_verify.engine", "strategies", "rs_verify")),
-    ("rs_verify.triton_sampler", ("rs_verify.triton_sampler", "rs_verify.spec", "rs_verify.engine.device", "rs_verify")),
-])
+    ("rs_verify.reference", ("rs_verify.reference", "rs_verify.spec", "rs_verify")),
+    ("rs_verify.strategies", ("rs_verify.strategies", "rs_verify.spec", "rs_verify")),
+    ("rs_verify.harness", ("rs_verify.harness", "rs_verify.spec", "rs_verify")),
+    # Properties import only the contract, the harness and the strategies (never the engine that runs
+    # them, never a concrete sampler).
+    ("rs_verify.properties", ("rs_verify.properties", "rs_verify.spec", "rs_verify.harness", "rs_verify.strategies",
+                              "rs_verify")),
+    ("rs_verify.triton_sampler", ("rs_verify.triton_sampler", "rs_verify.spec", "rs_verify.harness.device",
+                                  "rs_verify")),
+]
+
+
+def _allowed(target: str, allowed) -> bool:
+    return any(target == a or (a != "rs_verify" and target.startswith(a + ".")) for a in allowed)
+
+
+@pytest.mark.parametrize("layer, allowed", WALLS)
 def test_walls_between_layers(layer, allowed):
     """The contract imports nothing else; the oracle and the strategies only the contract; properties
     no concrete sampler; the Triton sampler never the reference (the oracle and the system under test
     stay independent)."""
     for module in (m for m in MODULES if m == layer or m.startswith(layer + ".")):
-        bad = [t for t in _all_imports(module)
-               if not any(t == a or t.startswith(a + ".") for a in allowed) or t in ("rs_verify.frontends",)]
-        bad = [t for t in bad if not (t == "rs_verify" and module.startswith(("reference", "strategies")))]
+        bad = [t for t in _all_imports(module) if not _allowed(t, allowed)]
         assert not bad, f"{module} imports {bad} (allowed: {allowed})"
+
+
+def test_one_top_level_import_name():
+    """The wheel installs one top-level package, `rs_verify`: every package folder of the product is
+    listed in pyproject.toml, the oracle and the strategies under `rs_verify.` through package-dir."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    assert all(p == "rs_verify" or p.startswith("rs_verify.") for p in listed), listed
+    assert setup["package-dir"] == {name: folder for folder, name in INSTALLED_AS.items()}
+    folders = {m for m, p in MODULES.items() if p.name == "__init__.py" and not m.startswith("mutants")}
+    assert folders == listed, f"package folders {sorted(folders - listed)} not listed; listed but absent: " \
+                              f"{sorted(listed - folders)}"
 
 
 def test_function_local_imports_say_why():
@@ -127,4 +156,4 @@ def test_plugin_and_contract_import_neither_torch_nor_triton():
 def test_one_module_decides_the_backend():
     setters = [str(p.relative_to(ROOT)) for p in MODULES.values()
                if 'environ["TRITON_INTERPRET"]' in p.read_text() or "environ.setdefault(\"TRITON_INTERPRET\"" in p.read_text()]
-    assert setters == ["rs_verify/engine/device.py"], setters
+    assert setters == ["rs_verify/harness/device.py"], setters

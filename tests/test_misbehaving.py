@@ -14,7 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rs_verify.engine import guards, isolation, runner
+from rs_verify.engine import isolation, runner
+from rs_verify.harness import guards
+from rs_verify.harness.record import SamplerRecord
 from rs_verify.engine.profiles import SHRINK_ENV
 from rs_verify.properties import PROPERTIES, Property, PropertyFailure
 from rs_verify import SpecBatch
@@ -271,7 +273,8 @@ def test_a_value_error_after_kernel_launches_is_no_refusal(monkeypatch):
 
 def test_after_a_hang_later_calls_wait_less():
     """A sampler that hangs on every call must not cost the full timeout in every property."""
-    child = isolation.ChildSampler("examples.misbehaving:HangingSampler", timeout=300, declared={})
+    child = isolation.ChildSampler("examples.misbehaving:HangingSampler", timeout=300,
+                                    record=SamplerRecord(name="hanging"))
     other = child.sibling()  # another property's child in the same session
     assert child.call_limit() == other.call_limit() == 300
     child._history["hung"] = True  # what a timed-out call records

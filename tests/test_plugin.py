@@ -107,7 +107,7 @@ def test_broken_sampler_fails_and_its_bundle_replays(gate, tmp_path):
 def test_buffer_within_cap_says_it_trusts_the_sampler(gate):
     """A pass resting on the sampler's own figure (extras["max_buffer_rows"]) says so in the summary."""
     gate.makepyfile(instrumented=(
-        "from reference import ReferenceSampler\n\n"
+        "from rs_verify.reference import ReferenceSampler\n\n"
         "class Instrumented(ReferenceSampler):\n"
         "    memory_stats = True\n\n"
         "    def __call__(self, batch, *, max_chunk_logits=None):\n"

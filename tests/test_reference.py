@@ -10,7 +10,7 @@ test_streams.py, and pinned here by golden values).
 import numpy as np
 import pytest
 
-from reference import ReferenceSampler, draft_probs, gumbel_noise, processed_logits, target_probs
+from rs_verify.reference import ReferenceSampler, draft_probs, gumbel_noise, processed_logits, target_probs
 from rs_verify.spec import philox
 from rs_verify.spec.batch import SpecBatch
 from rs_verify.spec.chunking import select_requests

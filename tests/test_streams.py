@@ -1,6 +1,6 @@
 """SPEC section 3: the NumPy Philox of `rs_verify.spec.philox` is Triton's `tl.randint` / `tl.rand`, bit for bit.
 
-Runs the probe kernel of `rs_verify.engine.stream_probe` (compiled on a GPU, the
+Runs the probe kernel of `rs_verify.harness.stream_probe` (compiled on a GPU, the
 interpreter on CPU). The values that broke ports before are always included:
 -1, 0, 2**31 - 1, 2**31, 2**32, the int64 extremes, negative and >= 2**31
 offsets, and negative int32 seeds (Triton widens a resample seed without sign

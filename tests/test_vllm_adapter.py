@@ -17,7 +17,7 @@ from hypothesis import given
 
 from rs_verify.adapters.vllm import VllmSampler
 from rs_verify.properties.assertions import assert_same_output, call
-from strategies import spec_batches
+from rs_verify.strategies import spec_batches
 
 
 def convention_rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,

@@ -48,7 +48,7 @@ import sys
 
 import numpy as np
 
-from ..engine import device as backend
+from ..harness import device as backend
 from ..spec.batch import SamplerOutput, SpecBatch
 from ..spec.chunking import empty_output
 from ..spec.validation import validate as validate_batch

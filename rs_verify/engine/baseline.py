@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from .defaults import BASELINE_MODES as MODES, DEFAULT_MAX_SLOWDOWN, DEFAULT_TIMING_TABLE
+from ..harness.record import record_of
 from .isolation import ChildSampler, SamplerDied
-from .samplers import BUILTIN, load_sampler
+from ..harness.samplers import BUILTIN, load_sampler
 
 GIT_PREFIX = "git:"
 DEFAULT_MODE = MODES[0]
@@ -129,7 +130,7 @@ def _forget_modules_of(root: Path) -> list[str]:
     return gone
 
 
-HARNESS = "rs_verify.engine."
+HARNESS = ("rs_verify.engine.", "rs_verify.harness.")
 
 
 def load_from_tree(root: str, spec: str):
@@ -186,14 +187,13 @@ class Baseline:
     _tmp: Path | None = field(default=None, repr=False)
 
     def describe(self) -> str:
-        name = getattr(self.sampler, "name", "?")
+        name = record_of(self.sampler).name
         return f"{name} [{self.spec.describe()}]"
 
     def close(self) -> None:
         """Stop the child process and remove the worktree (idempotent)."""
-        closer = getattr(self.sampler, "close", None)
-        if callable(closer) and isinstance(self.sampler, ChildSampler):
-            closer()
+        if isinstance(self.sampler, ChildSampler):
+            self.sampler.close()
         if self._tmp is not None:
             _remove_worktree(self.spec.repo, self._tmp)
             atexit.unregister(self.close)

@@ -2,41 +2,26 @@
 
 from __future__ import annotations
 
-from ..properties.assertions import sampler_name, supports_chunking, uses_spec_streams
-from ..properties.registry import NEEDS, Context, Property
-from . import device as devices
+from ..harness.context import Context, capabilities
+from ..harness.handle import SamplerUnderTest, as_sampler
+from ..harness.record import SUITE_INTERPRETED
+from ..properties.registry import NEEDS, Property
 from . import profiles
-from .declared import declared
+from ..harness import device as devices
 
-
-def capabilities(ctx: Context) -> set[str]:
-    caps = {"triton"}
-    s = ctx.sampler
-    if supports_chunking(s):
-        caps.add("chunking")
-    if uses_spec_streams(s):
-        caps.add("spec_streams")
-    if ctx.reference is not None:
-        caps.add("reference")
-    if getattr(s, "memory_stats", False):
-        caps.add("memory_stats")
-    if callable(getattr(s, "unvalidated", None)):
-        caps.add("unvalidated")
-    if ctx.device == "cuda":
-        caps.update(("cuda", "timing"))
-    if getattr(ctx, "baseline", None) is not None:
-        caps.add("baseline")
-    if not getattr(s, "interpreted", False):
-        caps.add("fast")
-    if s is not None:
-        caps.update(f"{mode}_drafts" for mode in declared(s).draft_modes)
-    return caps
+__all__ = ["capabilities", "current_device", "describe", "make_context", "skip_reason"]
 
 
 def skip_reason(prop: Property, ctx: Context) -> str | None:
     """Why `prop` does not apply to this context, or None when it does."""
     missing = sorted(prop.needs - capabilities(ctx))
-    return "; ".join(NEEDS[m] for m in missing) if missing else None
+    if not missing:
+        return None
+    reasons = [NEEDS[m] for m in missing]
+    rec = ctx.record
+    if "fast" in missing and rec is not None and rec.interpreted_why == SUITE_INTERPRETED:
+        reasons[missing.index("fast")] = (f"too slow for a distribution campaign: {SUITE_INTERPRETED} (run on CUDA)")
+    return "; ".join(reasons)
 
 
 def current_device() -> str:
@@ -46,24 +31,21 @@ def current_device() -> str:
 
 def make_context(sampler, reference=None, *, profile: str | None = None, device: str | None = None) -> Context:
     """The context of one property run: the profile's batch sizes, narrowed to what the sampler
-    declares it supports (SPEC section 10; `rs_verify.engine.declared`)."""
+    declares it supports (SPEC section 10; `rs_verify.harness.record`)."""
     name = profile or profiles.active()
     kwargs = profiles.batch_kwargs(name)
-    narrowed = declared(sampler).strategy_kwargs()
+    handle = as_sampler(sampler)
+    narrowed = handle.record.strategy_kwargs()
     k_min = narrowed.pop("min_spec_steps", 0)
     if k_min:  # every request verifies at least that many drafts (so K >= k_min too)
         kwargs["min_drafts"] = k_min
         kwargs["max_spec_steps"] = max(kwargs.get("max_spec_steps", k_min), k_min)
     kwargs.update(narrowed)
-    return Context(
-        sampler=sampler,
-        reference=reference,
-        profile=name,
-        batch_kwargs=kwargs,
-        device=device or current_device(),
-    )
+    return Context(sampler=handle, reference=reference, profile=name, batch_kwargs=kwargs,
+                   device=device or current_device())
 
 
 def describe(sampler) -> str:
     """How to load the sampler again: its spec when it was loaded by spec, else its name."""
-    return getattr(sampler, "spec", None) or sampler_name(sampler)
+    rec = as_sampler(sampler).record if not isinstance(sampler, SamplerUnderTest) else sampler.record
+    return rec.spec or rec.name

@@ -28,12 +28,12 @@ import sys
 import time
 import traceback
 
-from . import device, guards
+from ..harness import device, guards
+from ..harness.handle import RemoteSampler
+from ..harness.record import SamplerRecord, record_of
 from .defaults import DEFAULT_TIMEOUT, ISOLATION_LEVELS as LEVELS
-from .samplers import load_sampler
+from ..harness.samplers import load_sampler
 
-DECLARED = ("name", "supports_chunking", "streams", "interpreted", "memory_stats", "supports_logprobs",
-            "draft_modes", "logits_dtypes", "min_spec_steps")
 DEFAULT_LEVEL = LEVELS[0]
 # Seconds per call. The slowest calls of the CPU profiles take seconds (a large batch through the
 # Triton interpreter, ~6 s with 16-wide vocabulary blocks; a 200,000-request distribution campaign
@@ -88,9 +88,10 @@ def _child(conn, spec: str, sys_path: list[str], requested_device: str | None, u
         sampler = load_sampler(spec)
         if unvalidated:
             sampler = sampler.unvalidated()
-        declared = {k: getattr(sampler, k) for k in DECLARED if hasattr(sampler, k)}
-        declared["has_unvalidated"] = callable(getattr(sampler, "unvalidated", None))
-        conn.send(("ok", declared))
+        # The record is built where the sampler lives (its declarations, whether the suite runs its
+        # Triton code through the interpreter here) and crosses as plain values: nothing else does.
+        rec = record_of(sampler)
+        conn.send(("ok", rec.replace(spec=rec.spec or spec).to_dict()))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
         return
@@ -139,17 +140,17 @@ def _raise_child_error(payload) -> None:
     raise exc
 
 
-class ChildSampler:
+class ChildSampler(RemoteSampler):
     """A sampler loaded by `spec` in a child process (see the module docstring).
 
-    Constructed without `declared`, it starts its child at once (a sampler that cannot be
-    loaded raises `ValueError` here) and reads the sampler's declarations; `sibling()` makes
-    a copy with the same declarations whose child starts on its first call.
+    Constructed without `record`, it starts its child at once (a sampler that cannot be loaded
+    raises `ValueError` here) and receives the sampler's `SamplerRecord` from it; `sibling()`
+    makes a copy with the same record whose child starts on its first call.
     """
 
     def __init__(self, spec: str, *, sys_path: list[str] | None = None, device_name: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, unvalidated: bool = False, start_timeout: float = 300.0,
-                 fresh_per_call: bool = False, declared: dict | None = None, history: dict | None = None):
+                 fresh_per_call: bool = False, record: SamplerRecord | None = None, history: dict | None = None):
         self.spec = spec
         self._args = (spec, list(sys_path or []), device_name, unvalidated)
         self.timeout = timeout
@@ -160,8 +161,8 @@ class ChildSampler:
         self.fresh_per_call = fresh_per_call
         self._proc = self._conn = None
         self._unvalidated_child = None
-        self._declared = declared if declared is not None else self._start()
-        self._unused = declared is None  # a child started only to read the declarations: a sibling adopts it
+        self.record = record if record is not None else SamplerRecord.from_dict(self._start())
+        self._unused = record is None  # a child started only to read the record: a sibling adopts it
 
     def _start(self, batch=None, kwargs=None) -> dict:
         """Start the child; with `batch` (a start on the first call), a load error is a crash of that call."""
@@ -199,24 +200,16 @@ class ChildSampler:
             raise SamplerCrash(f"the sampler's process {_death(code)} while {what}", batch=batch,
                                kwargs=kwargs) from None
 
-    def __getattr__(self, name):
-        declared = self.__dict__.get("_declared") or {}
-        if name == "unvalidated" and declared.get("has_unvalidated"):
-            return self._unvalidated
-        if name in declared and name != "has_unvalidated":
-            return declared[name]
-        raise AttributeError(name)
-
     @property
     def name(self) -> str:
-        return str(self._declared.get("name", self.spec))
+        return self.record.name
 
     def sibling(self, *, fresh_per_call: bool | None = None) -> "ChildSampler":
         """The same sampler in a child of its own, started on its first call (or this one's child,
         when it was started only to read the declarations and never called: one start saved)."""
         spec, sys_path, device_name, unvalidated = self._args
         other = ChildSampler(spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout,
-                             unvalidated=unvalidated, start_timeout=self.start_timeout, declared=self._declared,
+                             unvalidated=unvalidated, start_timeout=self.start_timeout, record=self.record,
                              history=self._history,
                              fresh_per_call=self.fresh_per_call if fresh_per_call is None else fresh_per_call)
         if self._unused and self._proc is not None and self._proc.is_alive():
@@ -224,15 +217,17 @@ class ChildSampler:
         self._unused = False
         return other
 
-    def _unvalidated(self) -> "ChildSampler":
-        # One child for the unvalidated variant per ChildSampler (closed with it), not one per call.
+    def unvalidated(self) -> "ChildSampler":
+        """The sampler's unvalidated variant in a child of its own (one per ChildSampler, closed with it)."""
+        if not self.record.has_unvalidated:
+            raise AttributeError(f"sampler {self.name} offers no unvalidated()")
         if self._unvalidated_child is None:
             spec, sys_path, device_name, _ = self._args
             self._unvalidated_child = ChildSampler(
                 spec, sys_path=sys_path, device_name=device_name, timeout=self.timeout, unvalidated=True,
                 history=self._history,
                 start_timeout=self.start_timeout, fresh_per_call=self.fresh_per_call,
-                declared={k: v for k, v in self._declared.items() if k != "has_unvalidated"})
+                record=self.record.replace(has_unvalidated=False))
         return self._unvalidated_child
 
     def observed_call(self, batch, kwargs: dict, *, reseed: int | None = None):

@@ -19,9 +19,10 @@ from typing import Iterator
 from hypothesis import settings
 
 from ..properties.registry import PROPERTIES, by_cost
-from . import database, device, isolation, profiles, runner
+from ..harness import device
+from . import database, isolation, profiles, runner
 from .records import ERROR, Failure, Outcome
-from .samplers import load_sampler
+from ..harness.samplers import load_sampler
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..properties.registry import PROPERTIES, Context, Property
+from ..harness.context import Context
+from ..properties.registry import PROPERTIES, Property
 from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS, SpecBatch
 from . import bundle as bundles
 from . import isolation
 from .baseline import open_baseline
 from .context import make_context, skip_reason
 from .records import CRASH, TIMEOUT, Failure
-from .samplers import load_sampler
+from ..harness.samplers import load_sampler
 
 DEFAULT_REFERENCE = "reference"
 
@@ -79,7 +80,8 @@ def check(prop: Property, ctx: Context, drawn) -> None:
     """Run the property's check once on `drawn` (an isolated sampler in a child of its own, closed after)."""
     outer = ctx.sampler
     try:
-        with isolation.for_property(outer) as ctx.sampler:
+        with isolation.for_property(outer.obj) as obj:
+            ctx.sampler = outer.with_object(obj)
             prop.check(ctx, drawn)
     finally:
         ctx.sampler = outer

@@ -17,8 +17,10 @@ from hypothesis.errors import HypothesisWarning
 from hypothesis.internal.conjecture import engine as conjecture_engine
 from hypothesis.reporting import current_reporter, with_reporter
 
-from ..properties.registry import PROPERTIES, Context, Property, PropertyFailure
-from . import bundle, guards, isolation, profiles, replay
+from ..harness.context import Context
+from ..harness.failure import PropertyFailure
+from ..properties.registry import PROPERTIES, Property
+from . import bundle, isolation, profiles, replay
 from .context import describe, make_context, skip_reason
 from .isolation import SamplerDied
 from .records import CRASH, ERROR, PROPERTY, TIMEOUT, Failure, Outcome
@@ -166,17 +168,22 @@ def run(prop: Property, ctx: Context, base: settings | None = None, *, bundle_di
     capture = _Capture()
     start = time.perf_counter()
     failure = None
-    calls = guards.call_count()
     outer = ctx.sampler
+    calls = 0
     try:
-        # An isolated sampler gets a fresh child for this property (closed at the end).
-        with isolation.for_property(outer) as ctx.sampler:
-            hypothesis_test(prop, ctx, base, capture)()
+        # An isolated sampler gets a fresh child for this property (closed at the end); the handle
+        # over it counts the property's calls of the sampler (and of its unvalidated variant).
+        with isolation.for_property(outer.obj) as obj:
+            ctx.sampler = outer.with_object(obj)
+            try:
+                hypothesis_test(prop, ctx, base, capture)()
+            finally:
+                calls = ctx.sampler.calls
     except (Exception, SamplerDied) as exc:  # noqa: BLE001 - turned into a Failure record, never swallowed
         failure = failure_record(prop, ctx, exc, capture)
     finally:
         ctx.sampler = outer
-    ctx.stats["sampler_calls"] = guards.call_count() - calls
+    ctx.stats["sampler_calls"] = calls
     if failure is None and not prop.self_check and not ctx.stats["sampler_calls"]:
         # No property passes a sampler it never called.
         failure = Failure(property=prop.name, sampler=describe(ctx.sampler), kind=ERROR, replayable=False,

@@ -1,7 +1,7 @@
 """The `rs-verify` command line: check, list, replay, bench.
 
 Importing this module imports neither torch nor triton: the device is chosen first
-(`rs_verify.engine.device`), then samplers are loaded.
+(`rs_verify.harness.device`), then samplers are loaded.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..engine import bundle as bundles
-from ..engine import database, device, isolation, pool, profiles, replay, runner
+from ..engine import database, isolation, pool, profiles, replay, runner
+from ..harness import device
 from ..engine.baseline import open_baseline, require_reference
-from ..engine.declared import declared
-from ..engine.samplers import BUILTIN, load_sampler
+from ..harness.record import record_of
+from ..harness.samplers import BUILTIN, load_sampler
 from ..engine.versions import versions
 from ..properties import NEEDS, PROPERTIES, by_cost
 from ..properties.baseline import gate_summary
@@ -154,7 +155,7 @@ def _print_outcome(console, i: int, total: int, res) -> None:
 
 
 def _print_not_exercised(console, sampler) -> None:
-    missing = declared(sampler).not_exercised()
+    missing = record_of(sampler).not_exercised()
     if missing:
         console.print("not exercised (declared away by the sampler, SPEC section 10): " + "; ".join(missing),
                       markup=False)
@@ -325,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Hypothesis profile (default: HYPOTHESIS_PROFILE, ci under CI, else dev)")
     check.add_argument("--device", choices=device.DEVICES, default=None,
                        help="default: cuda when usable, else the Triton interpreter on CPU (never a silent "
-                            "fallback on a machine with an NVIDIA driver; see rs_verify.engine.device)")
+                            "fallback on a machine with an NVIDIA driver; see rs_verify.harness.device)")
     options.add(check.add_argument, options.ISOLATION)
     check.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                        help="run properties on N worker processes (default: one per CPU core, at most 4, through "

@@ -25,7 +25,7 @@ import os
 
 import pytest
 
-from ..engine import device as devices
+from ..harness import device as devices
 from ..engine.defaults import DEFAULT_BUNDLE_DIR, PROFILE_NAMES
 from . import baseline_gate, options
 
@@ -79,7 +79,7 @@ def _gate_enabled(config) -> bool:
 
 
 def _choose_device(requested: str | None, profile: str | None) -> str:
-    """The suite's one backend choice (`rs_verify.engine.device`); exit 2 with the reason when impossible."""
+    """The suite's one backend choice (`rs_verify.harness.device`); exit 2 with the reason when impossible."""
     try:
         chosen = devices.resolve(requested)
     except devices.DeviceError as exc:
@@ -179,7 +179,7 @@ def pytest_configure(config):
     if gate.enabled or gate.device:
         gate.device = _choose_device(gate.device, gate.profile)
         # after the project's own filters, so a `filterwarnings = error` does not turn the
-        # interpreter's NumPy warnings into failures (engine/device.py: quiet_interpreter)
+        # interpreter's NumPy warnings into failures (harness/device.py: quiet_interpreter)
         config.addinivalue_line("filterwarnings", f"ignore::RuntimeWarning:{devices.INTERPRETER_MODULE}")
     baseline_gate.configure(config, gate)
     if gate.profile:
@@ -345,10 +345,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(f"{nodeid}: {reason.removeprefix('Skipped: ').removeprefix(name + ': ')}")
     gate = config.stash.get(GATE_KEY, None)
     if gate is not None and gate.enabled:
-        from ..engine.declared import declared  # lazy: see the note at the top
+        from ..harness.record import record_of  # lazy: see the note at the top
 
         try:
-            missing = declared(gate.sampler()).not_exercised()
+            missing = record_of(gate.sampler()).not_exercised()
         except BaseException:  # noqa: BLE001 - a sampler that cannot load was reported on every item
             missing = []
         if missing:

@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import event as _event
 from hypothesis.errors import InvalidArgument
 
-from ..engine import guards
-from ..engine.declared import declared
+from ..harness import guards
+from ..harness.failure import PropertyFailure
+from ..harness.handle import as_sampler
 from ..spec.batch import SamplerOutput, SpecBatch
-from .registry import PropertyFailure
 
 
 def request_view(out: SamplerOutput, batch: SpecBatch, r: int) -> dict:
@@ -58,7 +58,7 @@ def assert_same_request(a, batch_a, ra, b, batch_b, rb, *, what: str, batch: Spe
 def call(sampler, batch: SpecBatch, **kw) -> SamplerOutput:
     """Call a sampler and check the output's types and shapes (SPEC section 5).
 
-    Every call is observed (`rs_verify.engine.guards`): a sampler that modifies its input
+    Every call is observed (`rs_verify.harness.guards`): a sampler that modifies its input
     fails here, before any comparison of its output.
     """
     return call_with_report(sampler, batch, **kw)[0]
@@ -103,7 +103,7 @@ def as_declared(batch: SpecBatch, sampler) -> SpecBatch:
     """A fixed campaign's model-draft batch made fit for what the sampler declares (SPEC section
     10): without logprobs when it computes none, with one-hot drafts (the same draft ids) when it
     takes no model drafts. Generated batches are narrowed by the strategies instead."""
-    said = declared(sampler)
+    said = as_sampler(sampler).record
     if batch.num_logprobs is not None and not said.supports_logprobs:
         batch = batch.replace(num_logprobs=None)
     if batch.draft_logits is not None and "model" not in said.draft_modes:
@@ -112,15 +112,7 @@ def as_declared(batch: SpecBatch, sampler) -> SpecBatch:
 
 
 def sampler_name(sampler) -> str:
-    return str(getattr(sampler, "name", type(sampler).__name__))
-
-
-def supports_chunking(sampler) -> bool:
-    return bool(getattr(sampler, "supports_chunking", False))
-
-
-def uses_spec_streams(sampler) -> bool:
-    return getattr(sampler, "streams", "own") == "spec"
+    return as_sampler(sampler).record.name
 
 
 def event(value: str) -> None:

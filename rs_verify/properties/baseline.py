@@ -8,7 +8,7 @@
   numerics. The front ends then require the distribution campaigns to pass as well
   (`certified_requirements`).
 - `baseline_speed`: on CUDA, both versions are timed on the same benchmark batches in one run
-  (`rs_verify.engine.timing`); the change fails when a median is more than `max_slowdown`
+  (`rs_verify.harness.timing`); the change fails when a median is more than `max_slowdown`
   times the baseline's. Without CUDA it is skipped as "not measured".
 
 `ctx.baseline` is an opened `rs_verify.engine.baseline.Baseline` (its `sampler`, `mode`,
@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine import timing
+from ..harness import timing
 from ..spec.batch import SamplerOutput, SpecBatch
 from . import certification
-from .assertions import call, event, sampler_name, supports_chunking, uses_spec_streams
+from ..harness.record import record_of
+from .assertions import call, event
 from .inputs import batch_and_cap, decision_rich
 from .registry import NEEDS, PROPERTIES, PropertyFailure, register
 
@@ -88,8 +89,8 @@ def output_differences(batch: SpecBatch, changed: SamplerOutput, base: SamplerOu
 
 
 def _name(sampler) -> str:
-    spec = getattr(sampler, "spec", None)
-    return f"{sampler_name(sampler)} [{spec}]" if spec else sampler_name(sampler)
+    rec = record_of(sampler)
+    return f"{rec.name} [{rec.spec}]" if rec.spec else rec.name
 
 
 def _versions(ctx) -> str:
@@ -97,7 +98,7 @@ def _versions(ctx) -> str:
 
 
 def _both_chunk(ctx) -> bool:
-    return supports_chunking(ctx.sampler) and supports_chunking(ctx.baseline.sampler)
+    return ctx.record.supports_chunking and record_of(ctx.baseline.sampler).supports_chunking
 
 
 def _batch_and_maybe_cap(ctx):
@@ -111,7 +112,7 @@ def _certify(ctx, batch: SpecBatch, out: SamplerOutput, diffs: list[RequestDiff]
     """Certified mode: each differing request of `out` must pass certification against the
     reference (SPEC section 8). Returns the number of excused divergences; raises otherwise."""
     listing = "\n".join(d.describe(batch) for d in diffs)
-    if ctx.reference is None or not uses_spec_streams(ctx.sampler):
+    if ctx.reference is None or not ctx.record.spec_streams:
         why = "no reference sampler was given" if ctx.reference is None else "the sampler does not use the SPEC streams"
         raise PropertyFailure(f"{what}: {len(diffs)} request(s) differ from the baseline, and certified mode cannot "
                               f"excuse them: {why}\n{_versions(ctx)}\n{listing}", batch=batch)
@@ -176,8 +177,8 @@ BENCH_SEED = 20261130
 
 
 def benchmark_batch(kind: str, r: int, k: int, v: int, seed: int = BENCH_SEED) -> SpecBatch:
-    """A fixed-seed batch of `r` requests with `k` drafts each: kind "model", "one-hot" or "greedy"."""
-    rng = np.random.default_rng([seed, r, k, v, ("model", "one-hot", "greedy").index(kind)])
+    """A fixed-seed batch of `r` requests with `k` drafts each: kind "model", "one_hot" or "greedy"."""
+    rng = np.random.default_rng([seed, r, k, v, ("model", "one_hot", "greedy").index(kind)])
     n = r * (k + 1)
     target = rng.standard_normal((n, v), dtype=np.float32) * np.float32(2)
     draft = rng.standard_normal((r, k, v), dtype=np.float32) * np.float32(2) if kind == "model" else None
@@ -199,7 +200,7 @@ def benchmark_batches(profile: str, *, chunked: bool, shape: tuple | None = None
     """`(label, batch, call kwargs)` triples both versions are timed on."""
     r, k, v = shape or BENCH_SHAPES.get(profile, DEFAULT_BENCH_SHAPE)
     model = benchmark_batch("model", r, k, v)
-    out = [("model drafts", model, {}), ("one-hot drafts", benchmark_batch("one-hot", r, k, v), {}),
+    out = [("model drafts", model, {}), ("one-hot drafts", benchmark_batch("one_hot", r, k, v), {}),
            ("greedy", benchmark_batch("greedy", r, k, v), {}),
            ("model drafts, processed logprobs k=5", model.replace(num_logprobs=5, logprobs_mode="processed"), {})]
     if chunked:
@@ -211,7 +212,7 @@ def benchmark_batches(profile: str, *, chunked: bool, shape: tuple | None = None
 def baseline_speed(ctx, _drawn) -> None:
     """On CUDA, the change is at most max_slowdown times slower than the baseline (medians, same batches)."""
     base = ctx.baseline
-    spec = getattr(ctx.sampler, "spec", None)
+    spec = ctx.record.spec
     if not spec:
         raise PropertyFailure("the changed sampler cannot be timed: it was not loaded by spec (module:attribute)")
     rows, notes = timing.time_versions((spec, []), base.loader,

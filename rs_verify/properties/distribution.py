@@ -84,7 +84,7 @@ TRIALS = {"dev": 60_000, "ci": 200_000, "gpu": 400_000, "nightly": 2_000_000}
 
 CAMPAIGNS = {
     "distribution_model_drafts": Campaign("model drafts", "model", patterns=("qqq", "qq-", "q--", "---")),
-    "distribution_one_hot_drafts": Campaign("one-hot drafts", "one-hot", vocab=12, seed=7,
+    "distribution_one_hot_drafts": Campaign("one-hot drafts", "one_hot", vocab=12, seed=7,
                                             patterns=("qqq", "qq-", "q-q")),
     "distribution_saturated_residuals": Campaign(
         "saturated residuals", "model", rows="saturated", seed=20261201,
@@ -259,7 +259,7 @@ def power_table(profiles=("dev", "ci", "gpu", "nightly")) -> str:
 
 # -- registration -------------------------------------------------------------------
 
-DRAFT_NEED = {"model": "model_drafts", "one-hot": "one_hot_drafts"}  # a campaign's draft mode, as a need
+DRAFT_NEED = {"model": "model_drafts", "one_hot": "one_hot_drafts"}  # a campaign's draft mode, as a need
 
 
 def _register(name: str, campaign: Campaign):

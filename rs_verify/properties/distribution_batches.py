@@ -47,7 +47,7 @@ KIND_NAMES = {"q": "drafts from q", "o": "drafts outside q's support (empty resi
 @dataclass(frozen=True)
 class Campaign:
     name: str
-    draft_mode: str = "model"  # "model" or "one-hot"
+    draft_mode: str = "model"  # "model" or "one_hot"
     vocab: int = 16
     steps: int = 3
     temperatures: tuple = (0.7, 1.0, 1.6)
@@ -74,7 +74,7 @@ class Campaign:
         return tuple(dict.fromkeys(self.draft_patterns))
 
     def kind_name(self, kind: str) -> str:
-        return "fixed one-hot drafts" if kind == "q" and self.draft_mode == "one-hot" else KIND_NAMES[kind]
+        return "fixed one-hot drafts" if kind == "q" and self.draft_mode == "one_hot" else KIND_NAMES[kind]
 
 
 def _rows(rng, c: Campaign):
@@ -132,7 +132,7 @@ def build_batch(c: Campaign, trials: int, drafts: np.ndarray | None = None):
     seeds = rng.integers(-(2**63), 2**63 - 1, size=s, dtype=np.int64, endpoint=True)
     base = rng.integers(0, 2**40, size=trials, dtype=np.int64)
     pos = (base[:, None] + np.arange(k1)).reshape(-1)
-    draft_logits = None if c.draft_mode == "one-hot" else np.ascontiguousarray(np.broadcast_to(d, (s, *d.shape)))
+    draft_logits = None if c.draft_mode == "one_hot" else np.ascontiguousarray(np.broadcast_to(d, (s, *d.shape)))
     batch = SpecBatch(
         target_logits=np.tile(x, (trials, 1)),
         draft_logits=draft_logits,
@@ -149,7 +149,7 @@ def build_batch(c: Campaign, trials: int, drafts: np.ndarray | None = None):
         ids[:, 1:] = drafts
     else:
         kinds = kind_matrix(c)[pattern]
-        if c.draft_mode == "one-hot":
+        if c.draft_mode == "one_hot":
             p = probs.softmax64(x[: c.steps])
             # Fixed drafts: likely, unlikely and middling tokens of each row.
             ids[:, 1:] = [np.argsort(-p[i])[[0, 3, 1][i % 3]] for i in range(c.steps)]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.declared import declared
 from ..spec import philox
 from ..spec.batch import SpecBatch
 from .assertions import call
@@ -85,7 +84,7 @@ def edge_batch(draft_mode: str) -> SpecBatch:
 def stream_edges(ctx, _drawn) -> None:
     """At Philox edge points (a zero uniform, a tiny Gumbel uniform) every decision equals the reference's."""
     _check_stream_values()
-    for mode in [m for m in ("one-hot", "model") if m.replace("-", "_") in declared(ctx.sampler).draft_modes]:
+    for mode in [m for m in ("one_hot", "model") if m in ctx.record.draft_modes]:
         batch = edge_batch(mode)
         ref_out, traces = ctx.reference.verify_with_trace(batch)
         if ref_out.request(0)[:1] == [1] or ref_out.request(1) == [TINY_V[2]]:

@@ -88,7 +88,7 @@ def determinism(ctx, drawn) -> None:
     # Hypothesis seeds `random` and NumPy's global generator before each example, so two calls
     # inside one example would see the same global state: a sampler drawing from it would pass.
     # Each call gets its own seed of Python's, NumPy's and torch's global generators instead
-    # (set in the sampler's process; rs_verify.engine.guards).
+    # (set in the sampler's process; rs_verify.harness.guards).
     batch, seed = drawn
     first = call(ctx.sampler, batch, reseed=seed)
     second = call(ctx.sampler, batch, reseed=seed + 1)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from strategies import DEFAULT_BLOCK_SIZES, INVALID_CLASSES, chunk_caps, decision_batches, invalid_batches
+from rs_verify.strategies import DEFAULT_BLOCK_SIZES, INVALID_CLASSES, chunk_caps, decision_batches, invalid_batches
 
 
 def block_sizes(ctx) -> tuple[int, ...]:
@@ -32,7 +32,7 @@ def block_sizes(ctx) -> tuple[int, ...]:
     `block_v` below the profile's largest vocabulary (the built-in Triton sampler does) gets
     vocabularies around its own block: a few tiles each, so multi-block reductions and partial
     tail tiles run at little cost under the interpreter. Otherwise the defaults (16 to 128, 1024)."""
-    own = getattr(ctx.sampler, "block_v", None)
+    own = ctx.record.block_v if ctx.record is not None else None
     max_vocab = ctx.batch_kwargs.get("max_vocab", 1025)
     if isinstance(own, int) and not isinstance(own, bool) and 1 <= own < max_vocab:
         return (own,)

@@ -59,7 +59,7 @@ def peak_memory_within_cap(ctx, _drawn) -> None:
     cap_rows = max(1, cap_bytes // (batch.vocab_size * 4))
     drafts = 0 if batch.draft_logits is None else batch.draft_logits.nbytes
     inputs = batch.target_logits.nbytes + drafts  # float32 inputs on the device
-    # Measured where the sampler runs (its child process when isolated): rs_verify.engine.guards.
+    # Measured where the sampler runs (its child process when isolated): rs_verify.harness.guards.
     _out, report = call_with_report(ctx.sampler, batch, max_chunk_logits=cap_rows)
     if report.peak_bytes is None:
         raise PropertyFailure("no CUDA memory statistics from the sampler's process (it did not use CUDA)")

@@ -11,10 +11,13 @@ exercises the sampler at all (a self-check of the suite does not), and why it is
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from ..spec.batch import SpecBatch
+from ..harness.context import Context
+from ..harness.failure import PropertyFailure
+
+__all__ = ["COST_ORDER", "NEEDS", "PROPERTIES", "Context", "Property", "PropertyFailure", "by_cost", "register"]
 
 # What a property needs of its context; the runner skips it, with this reason, otherwise.
 NEEDS = {
@@ -30,32 +33,11 @@ NEEDS = {
     "model_drafts": "the sampler does not take model drafts (draft_modes, SPEC section 10)",
     "one_hot_drafts": "the sampler does not take one-hot drafts (draft_modes, SPEC section 10)",
     "timing": "not measured: timing a change against its baseline needs CUDA (interpreter times say nothing about the kernels)",
+    "block_verification": "the sampler does not declare block verification (verification_methods, SPEC section 10)",
+    "min_p": "the sampler does not declare min_p (sampling_params, SPEC section 10)",
+    "top_k": "the sampler does not declare top_k (sampling_params, SPEC section 10)",
+    "top_p": "the sampler does not declare top_p (sampling_params, SPEC section 10)",
 }
-
-
-class PropertyFailure(AssertionError):
-    """A property does not hold. Carries the batch (for bundles and replay) and details."""
-
-    def __init__(self, message: str, *, batch: SpecBatch | None = None, details: dict | None = None):
-        super().__init__(message)
-        self.batch = batch
-        self.details = details or {}
-
-
-@dataclass
-class Context:
-    """What a property runs against."""
-
-    sampler: Any
-    reference: Any = None
-    profile: str = "dev"
-    batch_kwargs: dict = field(default_factory=dict)
-    device: str = "cpu"
-    stats: dict = field(default_factory=dict)  # counters a property may add to (e.g. excused divergences)
-    baseline: Any = None  # an opened rs_verify.engine.baseline.Baseline (the regression gate), or None
-
-    def count(self, key: str, n: int = 1) -> None:
-        self.stats[key] = self.stats.get(key, 0) + n
 
 
 @dataclass(frozen=True)

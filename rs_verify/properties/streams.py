@@ -1,7 +1,7 @@
 """The random streams are Triton's, bit for bit (SPEC section 3).
 
 `check_philox_matches_triton` compares the NumPy Philox of `rs_verify.spec.philox`
-with `tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.engine.stream_probe`
+with `tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.harness.stream_probe`
 (the compiled kernel on a GPU, the interpreter on CPU). It needs triton (and
 torch) at call time only.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ..engine import stream_probe
+from ..harness import stream_probe
 from ..spec import philox
 from .registry import PropertyFailure, register
 

@@ -78,10 +78,12 @@ def reseeded_copies(batch: SpecBatch, copies: int, seed: int) -> SpecBatch:
 
 
 def tiled_states(batch: SpecBatch, copies: int) -> dict:
-    """Every per-state array of `batch` (SPEC section 1: temperature, seeds, the sampling parameters,
-    draft logits) repeated `copies` times: state `s + c * S` is a copy of state `s`."""
+    """Every per-state array of `batch` but the seeds (SPEC section 1: temperature, the sampling
+    parameters, draft logits) repeated `copies` times: state `s + c * S` is a copy of state `s`."""
     out = {}
     for name in (*STATE_FIELDS, "draft_logits"):
+        if name == "seeds":  # the copies' own seeds: drawn by the caller
+            continue
         a = getattr(batch, name)
         out[name] = None if a is None else np.concatenate([a] * copies)
     return out

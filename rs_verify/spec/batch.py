@@ -12,6 +12,7 @@ import numpy as np
 
 LOGITS_DTYPES = ("float32", "bfloat16", "float16")
 LOGPROBS_MODES = ("raw", "processed")
+DRAFT_MODES = ("model", "one_hot")  # draft logits, or None (one-hot drafts: n-gram, suffix, ...)
 VERIFICATION_METHODS = ("token", "block")  # SPEC sections 4 and 4b
 SAMPLING_PARAMS = ("min_p", "top_k", "top_p")  # SPEC section 2, in the order they mask
 

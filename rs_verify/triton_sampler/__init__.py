@@ -1,14 +1,14 @@
 """The production Triton rejection sampler (see `sampler.py` for the kernel pipeline).
 
 Without CUDA the kernels run under Triton's interpreter on CPU tensors: importing this
-package first makes the suite's one backend choice (`rs_verify.engine.device.resolve`),
+package first makes the suite's one backend choice (`rs_verify.harness.device.resolve`),
 unless triton was imported already (the variable is read when kernels are defined).
 """
 
 import os
 import sys
 
-from ..engine import device
+from ..harness import device
 
 if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ:
     device.resolve()

@@ -23,9 +23,9 @@ from rs_verify.properties import PROPERTIES, Context
 from rs_verify.spec import philox
 from rs_verify.spec.batch import SpecBatch
 from rs_verify.spec.validation import validate
-from strategies import (DECISION_KNOBS, acceptance_tests, block_knobs, decision_batches, decision_knobs,
+from rs_verify.strategies import (DECISION_KNOBS, acceptance_tests, block_knobs, decision_batches, decision_knobs,
                         stochastic_decisions)
-from strategies.drafts import gumbel_max_drafts, salted_positions
+from rs_verify.strategies.drafts import gumbel_max_drafts, salted_positions
 
 FAST = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 CI_EXAMPLES = settings.get_profile("ci").max_examples  # 40
@@ -180,7 +180,7 @@ def test_ci_sized_decision_batches_validate(batch):
 
 
 KNOB_CASES = [
-    (dict(draft_modes=("one-hot",)), lambda b: b.draft_logits is None),
+    (dict(draft_modes=("one_hot",)), lambda b: b.draft_logits is None),
     (dict(temperatures=("greedy",)), lambda b: (b.temperature[b.idx_mapping] == 0).all()),
     (dict(temperatures=("random",)), lambda b: (b.temperature[b.idx_mapping] >= 0.05).all()),
     (dict(padded_drafts=False), lambda b: all((b.draft_tokens(r) >= 0).all() for r in range(b.num_reqs))),

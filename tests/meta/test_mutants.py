@@ -131,7 +131,7 @@ def test_abbreviations_are_unique():
 
 def test_every_mutant_is_a_sampler_spec():
     """`mutants.samplers:NAME` loads a mutant the way the plugin loads a user's sampler."""
-    from rs_verify.engine.samplers import load_sampler
+    from rs_verify.harness.samplers import load_sampler
 
     s = load_sampler("mutants.samplers:planner_drops_last_chunk")
     assert callable(s) and s.spec == "mutants.samplers:planner_drops_last_chunk"
@@ -143,7 +143,7 @@ def test_a_failing_control_voids_that_property_for_its_mutants():
     """A control is the unpatched build: a property failing on it (here: the reference built
     without validation fails rejects_bad_input) would 'kill' every mutant of that build for a
     reason no mutant planted, so `void` keeps it from counting."""
-    control = mutate.find_mutant(CATALOGUE, "control: reference pkg.ReferenceSampler(validate=False)")
+    control = mutate.find_mutant(CATALOGUE, f"control: {REFERENCE} pkg.ReferenceSampler(validate=False)")
     assert control.patches == {} and control.target == REFERENCE
     res = mutate.run_mutant(CATALOGUE, control.name, profile="ci", properties=["rejects_bad_input"])
     assert res.killers == ["rejects_bad_input"]

@@ -18,7 +18,7 @@ from hypothesis.errors import InvalidArgument, NoSuchExample
 
 from rs_verify.spec.chunking import iter_request_chunks
 from rs_verify.spec.validation import validate
-from strategies import (
+from rs_verify.strategies import (
     DTYPE_MAX,
     EXPECTED_FIELD,
     INVALID_CLASSES,
@@ -29,8 +29,8 @@ from strategies import (
     decision_batches,
     spec_batches,
 )
-from strategies.chunks import AT_BOUNDARY, BELOW_LARGEST, ONE_CHUNK
-from strategies.logits import ONE_HOT_GAP
+from rs_verify.strategies.chunks import AT_BOUNDARY, BELOW_LARGEST, ONE_CHUNK
+from rs_verify.strategies.logits import ONE_HOT_GAP
 
 FAST = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -207,7 +207,7 @@ KNOB_CASES = [
     (dict(masks=False), lambda b: not np.isneginf(b.target_logits).any() and not np.isneginf(_verified_draft_rows(b)).any()),
     (dict(padded_drafts=False), lambda b: (_verified_ids(b) >= 0).all()),
     (dict(logits_dtypes=("float16",)), lambda b: b.logits_dtype == "float16"),
-    (dict(draft_modes=("one-hot",)), lambda b: b.draft_logits is None),
+    (dict(draft_modes=("one_hot",)), lambda b: b.draft_logits is None),
     (dict(draft_modes=("model",), draft_vocab=False), lambda b: b.draft_vocab_size == b.vocab_size),
     (dict(temperatures=("greedy",)), lambda b: (_ref_temps(b) == 0).all()),
     (dict(temperatures=("random",)), lambda b: ((_ref_temps(b) >= 0.05) & (_ref_temps(b) <= 4)).all()),

@@ -32,8 +32,7 @@ import numpy as np
 
 from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALARS, SpecBatch
 from . import device
-
-_calls = 0
+from .handle import RemoteSampler, SamplerUnderTest
 
 
 class InputModified(AssertionError):
@@ -53,21 +52,17 @@ class CallReport:
     peak_bytes: int | None = None  # CUDA only: peak allocated memory beyond the allocation before the call
 
 
-def call_count() -> int:
-    """How many sampler calls this process has observed (the runner's "did it call?" check)."""
-    return _calls
-
-
 def observed_call(sampler, batch: SpecBatch, kwargs: dict | None = None, *, reseed: int | None = None):
     """Call `sampler(batch, **kwargs)` under the checks above; return `(output, CallReport)`.
 
-    An isolated sampler (one with an `observed_call` method) runs the checks in its own process.
+    A `SamplerUnderTest` counts the call; an isolated sampler (a `RemoteSampler`) runs the checks
+    in its own process.
     """
-    global _calls
-    _calls += 1
-    remote = getattr(sampler, "observed_call", None)
-    if callable(remote):
-        return remote(batch, dict(kwargs or {}), reseed=reseed)
+    if isinstance(sampler, SamplerUnderTest):
+        sampler.count_call()
+        sampler = sampler.obj
+    if isinstance(sampler, RemoteSampler):
+        return sampler.observed_call(batch, dict(kwargs or {}), reseed=reseed)
     return local_call(sampler, batch, dict(kwargs or {}), reseed=reseed)
 
 

@@ -8,7 +8,7 @@ import sys
 
 BUILTIN = {
     "triton": "rs_verify.triton_sampler:TritonSampler",
-    "reference": "reference:ReferenceSampler",
+    "reference": "rs_verify.reference:ReferenceSampler",
 }
 
 

@@ -1,0 +1,71 @@
+"""`Context`: what a property runs against, and the capabilities it offers (`capabilities`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .handle import SamplerUnderTest, as_sampler
+from .record import SamplerRecord
+
+
+@dataclass
+class Context:
+    """What a property runs against.
+
+    - `sampler`: the `SamplerUnderTest` (a bare sampler given here is wrapped).
+    - `reference`: the oracle of certification, or None.
+    - `profile`, `batch_kwargs`: the Hypothesis profile and the strategies' knobs, narrowed to
+      what the sampler declares.
+    - `device`: "cuda" or "cpu" (Triton's interpreter).
+    - `stats`: counters a property may add to (excused divergences, fits, ...).
+    - `baseline`: an opened `rs_verify.engine.baseline.Baseline` (the regression gate), or None.
+    """
+
+    sampler: Any
+    reference: Any = None
+    profile: str = "dev"
+    batch_kwargs: dict = field(default_factory=dict)
+    device: str = "cpu"
+    stats: dict = field(default_factory=dict)
+    baseline: Any = None
+
+    def __post_init__(self):
+        if self.sampler is not None and not isinstance(self.sampler, SamplerUnderTest):
+            self.sampler = as_sampler(self.sampler)
+
+    @property
+    def record(self) -> SamplerRecord | None:
+        return None if self.sampler is None else self.sampler.record
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+
+
+def capabilities(ctx: Context) -> set[str]:
+    """What the context offers a property (keys of `rs_verify.properties.registry.NEEDS`)."""
+    caps = {"triton"}
+    rec = ctx.record
+    if ctx.reference is not None:
+        caps.add("reference")
+    if ctx.device == "cuda":
+        caps.update(("cuda", "timing"))
+    if ctx.baseline is not None:
+        caps.add("baseline")
+    if rec is None:
+        return caps
+    if rec.supports_chunking:
+        caps.add("chunking")
+    if rec.spec_streams:
+        caps.add("spec_streams")
+    if rec.memory_stats:
+        caps.add("memory_stats")
+    if rec.has_unvalidated:
+        caps.add("unvalidated")
+    if not rec.interpreted:
+        caps.add("fast")
+    caps.update(f"{mode}_drafts" for mode in rec.draft_modes)
+    if "block" in rec.verification_methods:
+        caps.add("block_verification")
+    caps.update(rec.sampling_params)
+    return caps

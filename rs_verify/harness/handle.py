@@ -1,0 +1,68 @@
+"""`SamplerUnderTest`: the sampler a property runs against, with its record and its calls.
+
+A property never holds a bare sampler: the context gives it a `SamplerUnderTest`, which
+pairs the object (a sampler in this process, or an isolated sampler whose child runs it)
+with its `SamplerRecord` and counts the calls made through it. The runner reads that count
+to refuse a pass by a property that never called the sampler; calls of other samplers (the
+reference, a baseline) are not counted.
+"""
+
+from __future__ import annotations
+
+from .record import SamplerRecord, record_of
+
+
+class RemoteSampler:
+    """Base of samplers whose calls run elsewhere (`rs_verify.engine.isolation.ChildSampler`):
+    `observed_call(batch, kwargs, reseed=...)` runs the checked call there and returns
+    `(output, CallReport)`; `record` is the record the sampler's process built."""
+
+    record: SamplerRecord
+
+    def observed_call(self, batch, kwargs: dict, *, reseed: int | None = None):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class SamplerUnderTest:
+    """`obj` with its record (built by `record_of` unless given) and a count of calls (`calls`).
+
+    It is called through `guards.observed_call` (properties: `assertions.call`), which counts the
+    call. Variants made by `unvalidated()` share the count: a property that calls only the
+    unvalidated copy still called the sampler.
+    """
+
+    def __init__(self, obj, record: SamplerRecord | None = None, *, _counter: list | None = None):
+        if isinstance(obj, SamplerUnderTest):
+            obj, record = obj.obj, record or obj.record
+        self.obj = obj
+        self.record = record if record is not None else record_of(obj)
+        self._counter = _counter if _counter is not None else [0]
+
+    @property
+    def calls(self) -> int:
+        return self._counter[0]
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def count_call(self) -> None:
+        self._counter[0] += 1
+
+    def with_object(self, obj) -> "SamplerUnderTest":
+        """The same record over another object (a fresh child of an isolated sampler), counting anew."""
+        return SamplerUnderTest(obj, self.record)
+
+    def unvalidated(self) -> "SamplerUnderTest":
+        """The sampler's unvalidated variant (SPEC section 10), sharing this handle's call count."""
+        if not self.record.has_unvalidated:
+            raise AttributeError(f"sampler {self.name} offers no unvalidated()")
+        return SamplerUnderTest(self.obj.unvalidated(), self.record, _counter=self._counter)
+
+    def __repr__(self) -> str:
+        return f"SamplerUnderTest({self.obj!r})"
+
+
+def as_sampler(obj) -> SamplerUnderTest:
+    """`obj` as a `SamplerUnderTest` (itself when it is one)."""
+    return obj if isinstance(obj, SamplerUnderTest) else SamplerUnderTest(obj)

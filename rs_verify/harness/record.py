@@ -1,0 +1,237 @@
+"""One frozen record of the sampler under test: everything the suite reads from it (SPEC section 10).
+
+`record_of(sampler)` builds it and is the only code of the suite that reads a sampler's
+attributes (PyTorch's OpInfo is the model: one record per op, checked when it is built,
+capabilities as typed fields). An isolated sampler's child builds the record where the
+sampler lives and sends exactly `SamplerRecord.to_dict()`; the parent rebuilds it with
+`from_dict`, so a sampler run in process and the same sampler run in a child are seen alike.
+
+Declarations (defaults in brackets): `name` [the class name], `streams` ["own"],
+`supports_chunking` [False], `supports_logprobs` [True], `draft_modes` [{"model", "one_hot"}],
+`logits_dtypes` [all three], `min_spec_steps` [0], `verification_methods` [{"token"}],
+`sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
+[absent], `block_v` [None: the sampler's vocabulary block, when it has one]. The record also
+says when the suite itself runs the sampler's Triton code through the interpreter: such a
+sampler is treated as interpreted (too slow for the distribution campaigns) without saying so.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import asdict, dataclass, field, fields
+
+from ..spec.batch import DRAFT_MODES, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS
+from . import device
+
+STREAMS = ("spec", "own")
+DECLARED_INTERPRETED = "declared"
+SUITE_INTERPRETED = "the suite runs its Triton kernels through the interpreter (no usable CUDA device)"
+
+
+class DeclarationError(ValueError):
+    """A sampler's declaration is not one the SPEC allows (the message says which)."""
+
+
+@dataclass(frozen=True)
+class SamplerRecord:
+    """What the suite knows of one sampler (see the module docstring); checked when built."""
+
+    name: str
+    spec: str | None = None  # how to load it again (`module:attribute` or a built-in name)
+    streams: str = "own"
+    supports_chunking: bool = False
+    supports_logprobs: bool = True
+    draft_modes: frozenset = frozenset(DRAFT_MODES)
+    logits_dtypes: frozenset = frozenset(LOGITS_DTYPES)
+    min_spec_steps: int = 0
+    verification_methods: frozenset = frozenset({"token"})
+    sampling_params: frozenset = frozenset()
+    interpreted: bool = False  # too slow for the distribution campaigns
+    interpreted_why: str = ""  # DECLARED_INTERPRETED, SUITE_INTERPRETED or ""
+    memory_stats: bool = False
+    has_unvalidated: bool = False
+    block_v: int | None = None
+
+    def __post_init__(self):
+        who = f"sampler {self.name}"
+        for name, allowed, empty_ok in (("draft_modes", DRAFT_MODES, False), ("logits_dtypes", LOGITS_DTYPES, False),
+                                        ("verification_methods", VERIFICATION_METHODS, False),
+                                        ("sampling_params", SAMPLING_PARAMS, True)):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (set, frozenset, list, tuple)):
+                raise DeclarationError(f"{who}: {name} must be a set of {list(allowed)}, not {value!r}")
+            value = frozenset(value)
+            if (not value and not empty_ok) or not value <= set(allowed):
+                what = "a subset" if empty_ok else "a non-empty subset"
+                raise DeclarationError(f"{who}: {name} {sorted(value)} must be {what} of {list(allowed)}")
+            object.__setattr__(self, name, value)
+        if "token" not in self.verification_methods:
+            raise DeclarationError(f"{who}: verification_methods {sorted(self.verification_methods)} must include "
+                                   "'token' (SPEC section 4: block verification is offered besides it)")
+        if self.streams not in STREAMS:
+            raise DeclarationError(f"{who}: streams must be one of {list(STREAMS)}, not {self.streams!r}")
+        k = self.min_spec_steps
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
+        b = self.block_v
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+            object.__setattr__(self, "block_v", None)  # not a vocabulary block the strategies can use
+
+    # -- what the suite draws and reports ---------------------------------------------
+
+    @property
+    def spec_streams(self) -> bool:
+        return self.streams == "spec"
+
+    def strategy_kwargs(self) -> dict:
+        """Keyword arguments that restrict the batch strategies to what the sampler declares."""
+        kw = {
+            "verifications": tuple(m for m in VERIFICATION_METHODS if m in self.verification_methods),
+            "sampling_params": tuple(p for p in SAMPLING_PARAMS if p in self.sampling_params),
+        }
+        if not self.supports_logprobs:
+            kw["logprobs"] = (None,)
+        if self.draft_modes != frozenset(DRAFT_MODES):
+            kw["draft_modes"] = tuple(m for m in DRAFT_MODES if m in self.draft_modes)
+        if self.logits_dtypes != frozenset(LOGITS_DTYPES):
+            kw["logits_dtypes"] = tuple(d for d in LOGITS_DTYPES if d in self.logits_dtypes)
+        if self.min_spec_steps:
+            kw["min_spec_steps"] = self.min_spec_steps
+        return kw
+
+    def not_exercised(self) -> list[str]:
+        """What the suite does not check because the sampler declared it away (or runs interpreted)."""
+        out = []
+        if not self.supports_logprobs:
+            out.append("logprobs (supports_logprobs = False): no logprobs field was requested or compared")
+        for mode in DRAFT_MODES:
+            if mode not in self.draft_modes:
+                out.append(f"{mode.replace('_', '-')} drafts (draft_modes = {sorted(self.draft_modes)})")
+        for dtype in LOGITS_DTYPES:
+            if dtype not in self.logits_dtypes:
+                out.append(f"{dtype} logits (logits_dtypes = {sorted(self.logits_dtypes)})")
+        if self.min_spec_steps:
+            out.append(f"requests with fewer than {self.min_spec_steps} drafts, K = 0 included "
+                       f"(min_spec_steps = {self.min_spec_steps})")
+        if "block" not in self.verification_methods:
+            out.append(f"block verification, SPEC section 4b (verification_methods = "
+                       f"{sorted(self.verification_methods)})")
+        missing = [p for p in SAMPLING_PARAMS if p not in self.sampling_params]
+        if missing:
+            out.append(f"sampling parameters {', '.join(missing)}, SPEC section 2 (sampling_params = "
+                       f"{sorted(self.sampling_params)})")
+        if self.interpreted_why == SUITE_INTERPRETED:
+            out.append(f"the distribution campaigns: {SUITE_INTERPRETED}")
+        return out
+
+    # -- crossing a process boundary ----------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """Plain values only (sets as sorted lists): what an isolated sampler's child sends."""
+        out = asdict(self)
+        for f in fields(self):
+            if isinstance(out[f.name], frozenset):
+                out[f.name] = sorted(out[f.name])
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "SamplerRecord":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: (frozenset(v) if isinstance(v, list) else v) for k, v in values.items() if k in names})
+
+    def replace(self, **changes) -> "SamplerRecord":
+        return type(self)(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+
+
+# -- the one reader of a sampler's attributes ------------------------------------------
+
+_UNSET = object()
+
+
+def _declared(sampler, name: str, default):
+    value = getattr(sampler, name, _UNSET)
+    return default if value is _UNSET or value is None and default is not None else value
+
+
+def record_of(sampler) -> SamplerRecord:
+    """The record of `sampler` (an object implementing SPEC section 10), or the record it already
+    carries (an isolated sampler, a `SamplerUnderTest`); `DeclarationError` for declarations the
+    SPEC forbids."""
+    own = getattr(sampler, "record", None)
+    if isinstance(own, SamplerRecord):
+        return own
+    name = str(_declared(sampler, "name", type(sampler).__name__))
+    declared_interpreted = bool(_declared(sampler, "interpreted", False))
+    suite_interpreted = not declared_interpreted and device.interpreted() and runs_triton(sampler)
+    why = DECLARED_INTERPRETED if declared_interpreted else SUITE_INTERPRETED if suite_interpreted else ""
+    block_v = _declared(sampler, "block_v", None)
+    spec = getattr(sampler, "spec", None)
+    return SamplerRecord(
+        name=name,
+        spec=spec if isinstance(spec, str) else None,
+        streams=_declared(sampler, "streams", "own"),
+        supports_chunking=bool(_declared(sampler, "supports_chunking", False)),
+        supports_logprobs=bool(_declared(sampler, "supports_logprobs", True)),
+        draft_modes=_declared(sampler, "draft_modes", frozenset(DRAFT_MODES)),
+        logits_dtypes=_declared(sampler, "logits_dtypes", frozenset(LOGITS_DTYPES)),
+        min_spec_steps=_declared(sampler, "min_spec_steps", 0),
+        verification_methods=_declared(sampler, "verification_methods", frozenset({"token"})),
+        sampling_params=_declared(sampler, "sampling_params", frozenset()),
+        interpreted=declared_interpreted or suite_interpreted,
+        interpreted_why=why,
+        memory_stats=bool(_declared(sampler, "memory_stats", False)),
+        has_unvalidated=callable(getattr(sampler, "unvalidated", None)),
+        block_v=block_v if isinstance(block_v, int) and not isinstance(block_v, bool) else None,
+    )
+
+
+def runs_triton(sampler) -> bool:
+    """Whether the sampler's code holds Triton kernels: a Triton JIT function (compiled or
+    interpreted) among the globals of its class's module or package, of the modules those
+    import, or of the modules that define the callables it holds (a wrapped `rejection_sample`).
+    Read without calling the sampler, so a sampler that crashes is still loaded cleanly."""
+    triton = sys.modules.get("triton")
+    if triton is None:
+        return False
+    kinds = _jit_types(triton)
+    if not kinds:
+        return False
+    seen: set[str] = set()
+    modules = [sys.modules.get(type(sampler).__module__)]
+    package = type(sampler).__module__.rpartition(".")[0]
+    if package:
+        modules += [m for n, m in list(sys.modules.items()) if n == package or n.startswith(package + ".")]
+    modules += [sys.modules.get(getattr(v, "__module__", None) or "") for v in _attributes(sampler) if callable(v)]
+    for depth in range(2):
+        nxt = []
+        for mod in modules:
+            if not isinstance(mod, types.ModuleType) or mod.__name__ in seen or mod.__name__.startswith("triton"):
+                continue
+            seen.add(mod.__name__)
+            for value in list(vars(mod).values()):
+                if isinstance(value, kinds):
+                    return True
+                if depth == 0:
+                    owner = value if isinstance(value, types.ModuleType) else sys.modules.get(
+                        getattr(value, "__module__", None) or "")
+                    nxt.append(owner)
+        modules = nxt
+    return False
+
+
+def _jit_types(triton) -> tuple:
+    out = []
+    jit = getattr(getattr(triton, "runtime", None), "jit", None)
+    for holder, name in ((jit, "JITFunction"), (sys.modules.get("triton.runtime.interpreter"), "InterpretedFunction")):
+        t = getattr(holder, name, None)
+        if isinstance(t, type):
+            out.append(t)
+    return tuple(out)
+
+
+def _attributes(sampler) -> list:
+    try:
+        return list(vars(sampler).values())
+    except TypeError:  # no __dict__ (slots)
+        return []
