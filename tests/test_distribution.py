@@ -62,7 +62,7 @@ def _run(name, sampler, profile="ci", campaign=None):
 
 @pytest.mark.parametrize(("bug", "prop"), CASES, ids=[f"{b}-{p}" for b, p in CASES])
 def test_planted_bias_is_detected(bug, prop):
-    mutant = load_patched("reference", {"slab.py": PLANTED[bug][0]}).ReferenceSampler()
+    mutant = load_patched("rs_verify.reference", {"slab.py": PLANTED[bug][0]}).ReferenceSampler()
     with pytest.raises(PropertyFailure, match="does not fit"):
         _run(prop, mutant)
 

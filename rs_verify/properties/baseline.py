@@ -118,7 +118,8 @@ def _certify(ctx, batch: SpecBatch, out: SamplerOutput, diffs: list[RequestDiff]
                               f"excuse them: {why}\n{_versions(ctx)}\n{listing}", batch=batch)
     requests = {d.request for d in diffs}
     ref_out, traces = ctx.reference.verify_with_trace(batch)
-    found = certification.compare_decisions(batch, out, [t for t in traces if t.request in requests])
+    found = certification.compare_decisions(batch, out, [t for t in traces if t.request in requests],
+                                            reference=ctx.reference)
     divergences, excused, failed, cap = found.divergences, found.excused, found.failed, found.excuse_cap
     if failed or len(excused) > cap:
         shown = failed or excused

@@ -57,6 +57,7 @@ from .assertions import call
 from .registry import PropertyFailure, register
 from .distribution_batches import (  # noqa: F401  (re-exported: the campaigns' public names)
     DRAFT_SALT,
+    TRIALS,
     Campaign,
     FitPlan,
     acceptance_lengths,
@@ -68,8 +69,11 @@ from .distribution_batches import (  # noqa: F401  (re-exported: the campaigns' 
     kind_matrix,
     plan_fits,
 )
+from .distribution_sequences import powers as sequence_powers
 from .distribution_fit import (  # noqa: F401
+    ALPHA,
     MIN_EXPECTED,
+    POWER,
     Fit,
     binomial_fit,
     binomial_power,
@@ -77,10 +81,7 @@ from .distribution_fit import (  # noqa: F401
     chisquare_power,
 )
 
-ALPHA = 1e-6
-POWER = 0.99
 PRINCIPAL_SHARE = 0.005  # a test observing >= this share of the trials (expected) is a principal test
-TRIALS = {"dev": 60_000, "ci": 200_000, "gpu": 400_000, "nightly": 2_000_000}
 
 CAMPAIGNS = {
     "distribution_model_drafts": Campaign("model drafts", "model", patterns=("qqq", "qq-", "q--", "---")),
@@ -89,6 +90,11 @@ CAMPAIGNS = {
     "distribution_saturated_residuals": Campaign(
         "saturated residuals", "model", rows="saturated", seed=20261201,
         patterns=("qqq", "oqq", "qoq", "qqo", "-qq", "q-q", "qq-")),
+    # SPEC 2: the target rows masked by each temperature's sampling parameters, the drafts (from the
+    # unmasked q) not: drafts of masked tokens are rejected, and every law is the masked p.
+    "distribution_sampling_params": Campaign(
+        "sampling parameters", "model", seed=20261202, patterns=("qqq", "qq-", "q--"),
+        params=({"top_k": 4}, {"top_p": 0.7}, {"min_p": 0.05, "top_k": 10, "top_p": 0.9})),
 }
 CLOSED_FORMS = (
     Campaign("closed forms", "model", vocab=8, steps=1, temperatures=(0.8,), seed=11),
@@ -188,6 +194,8 @@ def _test_powers(name: str, trials: int) -> list[tuple[str, object]]:
                 tests.append((f"{name}: acceptance", ("binomial", int(sizes[d + 1]), want)))
                 if law is not None:
                     tests.append((f"{name}: {what}", ("chi-square", sizes[d + 1] * (1 - want), law)))
+    elif name in SEQUENCE_PROPERTIES:
+        return sequence_powers(name, trials)
     else:
         c = CAMPAIGNS[name]
         small = len(c.temperatures) * len(c.draft_patterns)
@@ -214,14 +222,14 @@ def campaign_power(profile: str) -> list[dict]:
     """
     trials = TRIALS.get(profile, TRIALS["dev"])
     rows = []
-    for name in (*CAMPAIGNS, "closed_forms"):
+    for name in (*CAMPAIGNS, "closed_forms", *SEQUENCE_PROPERTIES):
         powers = _test_powers(name, trials)
         well = [(label, p) for label, p in powers if p.n >= PRINCIPAL_SHARE * trials]
         label, weakest = max(well, key=lambda lp: lp[1].min_tv)
         crit = [p.critical for _, p in powers if p.kind == "chi-square"]
         rows.append({
             "property": name,
-            "name": CAMPAIGNS[name].name if name in CAMPAIGNS else "closed forms",
+            "name": CAMPAIGNS[name].name if name in CAMPAIGNS else name.replace("_", " "),
             "profile": profile,
             "trials": trials,
             "tests": len(powers),
@@ -260,6 +268,7 @@ def power_table(profiles=("dev", "ci", "gpu", "nightly")) -> str:
 # -- registration -------------------------------------------------------------------
 
 DRAFT_NEED = {"model": "model_drafts", "one_hot": "one_hot_drafts"}  # a campaign's draft mode, as a need
+SEQUENCE_PROPERTIES = ("distribution_sequences", "distribution_block_sequences", "block_closed_forms")
 
 
 def _register(name: str, campaign: Campaign):
@@ -272,7 +281,9 @@ def _register(name: str, campaign: Campaign):
 
     check.__doc__ = (f"Over {campaign.name} and many seeds, each emitted token and the acceptance length fit the "
                      f"target (fixed seeds, family-wise false-positive rate {ALPHA:g}).")
-    register(name, "distribution", needs=("fast", DRAFT_NEED[campaign.draft_mode]))(check)
+    needs = ("fast", DRAFT_NEED[campaign.draft_mode], *campaign.param_names)
+    register(name, "distribution", needs=needs + (("block_verification",) if campaign.verification == "block" else ()))(
+        check)
 
 
 for _name, _campaign in CAMPAIGNS.items():

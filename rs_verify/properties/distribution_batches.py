@@ -35,6 +35,7 @@ from ..spec.batch import SpecBatch
 from ..spec.chunking import select_requests
 
 DRAFT_SALT = 2**30
+TRIALS = {"dev": 60_000, "ci": 200_000, "gpu": 400_000, "nightly": 2_000_000}  # trials per campaign and profile
 FILLER = -1e4  # underflows to probability 0 at every temperature used here, in any precision
 # At a tie p(d) = q(d) (saturated rows), a float32 sampler compares log p(d) with log u + log q(d)
 # rounded to float32: for |log q(d)| < 2**7 an ulp is <= 2**-17, so the comparison can flip only
@@ -57,6 +58,10 @@ class Campaign:
     rows: str = "random"  # "random" or "saturated"
     support_sizes: tuple = (1, 2, 4, 8)  # saturated rows
     filler: bool = True  # saturated rows: half the tokens off the support at -1e4 (the rest -inf)
+    verification: str = "token"  # SPEC section 4 ("token") or 4b ("block")
+    # Sampling parameters (SPEC section 2) per temperature: one dict of top_k / top_p / min_p values
+    # per entry of `temperatures` (() for none). The target rows are masked, the drafts are not.
+    params: tuple = ()
 
     def __post_init__(self):
         for pat in self.draft_patterns:
@@ -64,6 +69,13 @@ class Campaign:
                 raise ValueError(f"{self.name}: pattern {pat!r} needs {self.steps} kinds out of {sorted(KIND_NAMES)}")
             if "o" in pat and (self.draft_mode, self.rows) != ("model", "saturated"):
                 raise ValueError(f"{self.name}: kind 'o' needs model drafts on saturated rows")
+        if self.params and len(self.params) != len(self.temperatures):
+            raise ValueError(f"{self.name}: params needs one dict per temperature")
+
+    @property
+    def param_names(self) -> tuple:
+        """The sampling parameters the campaign sets (SPEC section 2), as declarations name them."""
+        return tuple(sorted({k for d in self.params for k in d}))
 
     @property
     def draft_patterns(self) -> tuple:
@@ -133,6 +145,7 @@ def build_batch(c: Campaign, trials: int, drafts: np.ndarray | None = None):
     base = rng.integers(0, 2**40, size=trials, dtype=np.int64)
     pos = (base[:, None] + np.arange(k1)).reshape(-1)
     draft_logits = None if c.draft_mode == "one_hot" else np.ascontiguousarray(np.broadcast_to(d, (s, *d.shape)))
+    params = _state_params(c, temperature, temps)
     batch = SpecBatch(
         target_logits=np.tile(x, (trials, 1)),
         draft_logits=draft_logits,
@@ -143,6 +156,8 @@ def build_batch(c: Campaign, trials: int, drafts: np.ndarray | None = None):
         temperature=temperature,
         seeds=seeds,
         num_speculative_steps=c.steps,
+        verification=c.verification,
+        **params,
     )
     ids = np.zeros((trials, k1), np.int64)
     if drafts is not None:
@@ -166,6 +181,20 @@ def build_batch(c: Campaign, trials: int, drafts: np.ndarray | None = None):
         ids[:, 1:][kinds == "-"] = -1
     # vLLM layout: row j verifies draft_token_ids[j + 1]; the first entry of a request is unused.
     return batch.replace(draft_token_ids=ids.reshape(-1)), group, pattern
+
+
+def _state_params(c: Campaign, temperature: np.ndarray, temps: np.ndarray) -> dict:
+    """Per-state top_k / top_p / min_p arrays: each state takes its temperature's entry of `c.params`."""
+    if not c.params:
+        return {}
+    group = np.searchsorted(np.sort(temps), temperature)
+    order = np.argsort(temps)
+    out = {}
+    for name, dtype, off in (("top_k", np.int32, 0), ("top_p", np.float32, 1.0), ("min_p", np.float32, 0.0)):
+        if name in c.param_names:
+            values = np.array([c.params[i].get(name, off) for i in order], dtype=dtype)
+            out[name] = values[group]
+    return out
 
 
 def kind_matrix(c: Campaign) -> np.ndarray:
@@ -205,7 +234,7 @@ def acceptance_lengths(batch: SpecBatch, request: int, from_q=True) -> np.ndarra
     state = int(sub.idx_mapping[0])
     t = sub.temperature[state]
     v = sub.effective_vocab_size
-    logp = _log_probs(sub.target_logits[:n, :v], t)
+    logp = _log_probs(probs.processed_logits(sub)[:n], 1.0)  # SPEC 2: temperature, then the masks
     d = sub.draft_tokens(0)
     valid = (d >= 0) & (d < v)
     ds = np.where(valid, d, 0)

@@ -31,6 +31,8 @@ import numpy as np
 from scipy import optimize, stats
 
 MIN_EXPECTED = 5.0
+ALPHA = 1e-6  # the family-wise false-positive rate of every campaign (Bonferroni over its tests)
+POWER = 0.99  # the power at which detectable biases are stated
 
 
 @dataclass

@@ -104,13 +104,31 @@ def determinism(ctx, drawn) -> None:
 LARGE = {"dev": (16, 4, 256, 2), "ci": (16, 4, 256, 2), "gpu": (64, 8, 152064, 3), "nightly": (64, 8, 4096, 4)}
 
 
+def with_block_and_params(batch, seed: int = 23):
+    """`batch` verified as blocks (SPEC 4b) with sampling parameters (SPEC 2) on three states in four:
+    top-k, top-p and min-p alone and together, so the threshold searches run on the large grid too."""
+    rng = np.random.default_rng(seed)
+    s = batch.num_states
+    which = rng.integers(0, 4, s)  # 0: none, 1: top-k, 2: top-p, 3: all three
+    top_k = np.where((which == 1) | (which == 3), rng.integers(1, max(2, batch.vocab_size // 4), s), 0)
+    top_p = np.where(which >= 2, rng.uniform(0.3, 0.95, s), 1.0)
+    min_p = np.where(which == 3, rng.uniform(0.01, 0.2, s), 0.0)
+    return batch.replace(verification="block", top_k=top_k.astype(np.int32), top_p=top_p.astype(np.float32),
+                         min_p=min_p.astype(np.float32))
+
+
 @register("determinism_large_batch", "equivalence")
 def determinism_large_batch(ctx, _drawn) -> None:
-    """Repeats of one large batch (model drafts, processed logprobs) are bit-identical, global generators reseeded."""
+    """Repeats of one large batch (model drafts, processed logprobs; then blocks and sampling parameters) are bit-identical."""
     r, k, v, calls = LARGE.get(ctx.profile, LARGE["dev"])
-    batch = as_declared(large_batch(r=r, k=k, v=v, seed=17), ctx.sampler)
-    first = call(ctx.sampler, batch, reseed=1)
-    for i in range(1, calls):
-        again = call(ctx.sampler, batch, reseed=1 + i)
-        # No batch on the failure: a fixed input replays from its seed (a bundle stays small).
-        assert_same_output(again, first, what=f"run {i + 1} vs run 1 of {batch.summary()}", batch=None)
+    plain = large_batch(r=r, k=k, v=v, seed=17)
+    batches = [as_declared(plain, ctx.sampler)]
+    rich = as_declared(with_block_and_params(plain), ctx.sampler)
+    if rich.verification == "block" or rich.sampling_params_on():  # what the sampler declares of them
+        batches.append(rich)
+    for batch in batches:
+        first = call(ctx.sampler, batch, reseed=1)
+        for i in range(1, calls):
+            again = call(ctx.sampler, batch, reseed=1 + i)
+            # No batch on the failure: a fixed input replays from its seed (a bundle stays small).
+            assert_same_output(again, first, what=f"run {i + 1} vs run 1 of {batch.summary()}", batch=None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec import probs
+from ..spec.block import block_quantities
+from ..spec.masks import batch_masks
 from .assertions import call, event
 from .registry import PropertyFailure, register
 from .certification import REPLICAS
@@ -16,6 +18,11 @@ from .transforms import copies_note, reseeded_copies
 # than this (relative to p + q) is excused; |p - q| residuals or a residual that keeps
 # the rejected draft are off by far more than this (they pick tokens with q >> p).
 RESIDUAL_RTOL = 1e-4
+# A token the sampling parameters mask (SPEC section 2) is never emitted. Production samplers decide
+# the masks in float32: a token masked by a margin within this share of the decision's scale `L`
+# (SPEC section 8's default eps, the tolerance certification excuses) is a near-tie, not an error;
+# ignoring a parameter, or applying it to the wrong rows, emits tokens masked by far more.
+MASK_RTOL = 2e-4
 
 
 def _fail(batch, r, msg, step=None):
@@ -54,6 +61,8 @@ def check_output_invariants(batch, out) -> None:
     p = probs.target_probs(batch)
     q = probs.draft_probs(batch)
     temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    masked = _clearly_masked(batch)
+    block = batch.verification == "block"
     for r in range(batch.num_reqs):
         n_r = int(cu[r + 1] - cu[r] - 1)
         m = int(out.num_sampled[r])
@@ -78,24 +87,59 @@ def check_output_invariants(batch, out) -> None:
             if not np.isfinite(batch.target_logits[j, t]):  # p > 0 exactly when the logit is finite
                 _fail(batch, r, f"step {i} emitted token {t} with p = 0 (logit {batch.target_logits[j, t]}); "
                                 f"{step_facts(batch, r, i, p, q)}", step=i)
+            if masked is not None and masked[0][j, t]:
+                _fail(batch, r, f"step {i} emitted token {t}, which {masked[1][j][t]} masks (SPEC section 2); "
+                                f"{step_facts(batch, r, i, p, q)}", step=i)
         last = m - 1
         if last < n_r and temps[r] > 0:  # a rejection at step `last`: check the residual
-            _check_resample(batch, r, last, int(tokens[last]), int(drafts[last]), p, q)
+            scale = _block_scale(batch, r, last, p, q) if block else 1.0
+            _check_resample(batch, r, last, int(tokens[last]), int(drafts[last]), p, q, scale)
 
 
-def _check_resample(batch, r, i, token, draft, p, q) -> None:
+def _check_resample(batch, r, i, token, draft, p, q, scale: float = 1.0) -> None:
+    """The token emitted after a rejection at step `i` lies in the residual: `max(P p - q, 0)` for
+    model drafts (`P = 1` token by token; `P_{i-1}` in block verification, SPEC 4b), `p` without the
+    rejected draft for one-hot drafts; `p` itself when that residual has no positive mass."""
     j = int(batch.cu_num_logits[r] + i)
     if draft < 0 or draft >= p.shape[1]:
         return  # a padded draft resamples from p: covered by the p > 0 check
-    if token == draft:
-        _fail(batch, r, f"step {i} rejected draft {draft} and emitted it again; {step_facts(batch, r, i, p, q)}",
-              step=i)
     if q is None:
+        if token == draft and (np.delete(p[j], draft) > 0).any():
+            _fail(batch, r, f"step {i} rejected draft {draft} and emitted it again; "
+                            f"{step_facts(batch, r, i, p, q)}", step=i)
         return
-    resid = p[j] - q[j]
-    if (resid > 0).any() and resid[token] < -RESIDUAL_RTOL * (p[j, token] + q[j, token]):
-        _fail(batch, r, f"step {i} resampled token {token} with p = {p[j, token]:.6g} < q = {q[j, token]:.6g}: "
-                        f"outside the residual max(p - q, 0); {step_facts(batch, r, i, p, q)}", step=i)
+    resid = scale * p[j] - q[j]
+    if (resid > 0).any() and resid[token] < -RESIDUAL_RTOL * (scale * p[j, token] + q[j, token]):
+        what = "max(p - q, 0)" if scale == 1.0 else f"max(P p - q, 0) with P = {scale:.6g}"
+        _fail(batch, r, f"step {i} resampled token {token} with p = {p[j, token]:.6g}, q = {q[j, token]:.6g}: "
+                        f"outside the residual {what}; {step_facts(batch, r, i, p, q)}", step=i)
+
+
+def _block_scale(batch, r, tau, p, q) -> float:
+    """`P_{tau-1}` of block request `r` (SPEC section 4b; 1 for `tau = 0`)."""
+    if tau == 0:
+        return 1.0
+    lo, n = int(batch.cu_num_logits[r]), len(batch.draft_tokens(r))
+    qr = None if q is None else q[lo : lo + n][None]
+    res = block_quantities(p[lo : lo + n + 1][None], qr, batch.draft_tokens(r)[None], np.array([n]))
+    return float(res.residual_scale(np.array([tau]))[0])
+
+
+def _clearly_masked(batch):
+    """`(masked [N, V'], why)`: tokens SPEC 2's sampling parameters mask by more than `MASK_RTOL * L`
+    (near-ties excluded) and, per row and token, the parameter that masks them; None without parameters."""
+    if not batch.sampling_params_on():
+        return None
+    res = batch_masks(batch, probs.processed_logits(batch, masked=False))
+    masked = np.zeros(res.kept.shape, bool)
+    why = {}
+    for name, margin, scale in res.margins():
+        with np.errstate(invalid="ignore"):
+            hit = (margin < 0) & (margin < -MASK_RTOL * scale) & ~masked
+        for j, t in zip(*np.nonzero(hit)):
+            why.setdefault(int(j), {})[int(t)] = f"{name} (margin {margin[j, t]:.4g})"
+        masked |= hit
+    return masked, why
 
 
 @register("output_invariants", "invariants", strategy=decision_rich)

@@ -65,7 +65,8 @@ COST_ORDER = (
     "tiny_temperatures", "determinism", "greedy_chain", "buffer_within_cap", "blackbox_chunking",
     "batch_invariance", "chunked_equals_full", "determinism_large_batch", "matches_baseline", "certified_equivalence",
     "output_invariants", "closed_forms", "distribution_one_hot_drafts", "distribution_saturated_residuals",
-    "distribution_model_drafts", "peak_memory_within_cap", "baseline_speed",
+    "distribution_model_drafts", "distribution_sampling_params", "distribution_sequences",
+    "distribution_block_sequences", "block_closed_forms", "peak_memory_within_cap", "baseline_speed",
 )
 
 # Why each property stays in the library even where it kills no planted bug on its own
@@ -107,6 +108,15 @@ WHY_KEPT = {
                                         "residual branches a sampler with its own RNG can only be checked on here.",
     "distribution_model_drafts": "Test of fit over drafts drawn with the salted drafter stream: the only "
                                  "property that sees a shared draft/resample stream in a sampler with its own RNG.",
+    "distribution_sampling_params": "Test of fit against the masked p (top-k, top-p, min-p) with drafts from the "
+                                    "unmasked q: the only check of the masks for a sampler with its own RNG.",
+    "distribution_sequences": "The joint law of whole emissions (completed with draws from the later rows), token "
+                              "by token: a bias that moves mass between positions keeps every marginal.",
+    "distribution_block_sequences": "Block verification's correctness is a statement about sequences only (its "
+                                    "per-position laws are not p): the one test of fit of blocks for own-RNG "
+                                    "samplers.",
+    "block_closed_forms": "Exact laws of tau and of the token at tau for fixed drafts (SPEC 4b's thresholds), and "
+                          "the one-sided test that blocks accept at least as much as token-wise verification.",
     "peak_memory_within_cap": "CUDA only (peak device memory of a Qwen-size batch): skipped on CPU.",
     "matches_baseline": "The only comparison with the version a change replaces: a shifted token that stays within "
                         "the certification tolerance, or a changed reduction order, passes every other property.",

@@ -1,0 +1,239 @@
+"""Decision-by-decision comparison of a production output with the reference's traces (SPEC section 8).
+
+The reference decides every acceptance test, block decision (SPEC 4b: `u_i <= h_i`),
+residual-mass decision, argmax and sampling-parameter mask (SPEC 2) in float64 and reports its
+margin and tolerance scale `L`, computed from the tokens the decision compares only
+(`rs_verify.reference.trace`). A production decision that differs is excused only as a near-tie:
+
+- an acceptance test or a block decision: `|m| <= eps * L`;
+- an argmax: the production token's gap `<= eps * L` with `L` over the reference's and the
+  production's token;
+- a residual whose float64 mass is `<= eps`, when the production token is what the other branch
+  (fallback to `p`, or a residual that float32 rounding kept) would emit within its tolerance;
+- a mask decision within `eps * L` of its margin: the production output must then be what the
+  reference emits with that near-tie decided the other way (`verify_with_trace(..., flips=...)`),
+  itself certified; a tie with top-k's `t` (margin 0) is kept, never excused.
+
+Token-wise requests are compared token by token. A block request (SPEC 4b) is compared by its
+`tau`: the production's `tau` (its `num_sampled - 1`) must follow from the reference's block
+decisions with only near-ties flipped (the step `tau - 1` accepted, every later verified step
+rejected); the token at `tau` is then compared as an argmax. After an excused divergence the
+request is not compared further.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..spec.batch import SamplerOutput
+from ..spec.chunking import select_requests
+
+DEFAULT_EPS = 2e-4
+# SPEC section 8: excused divergences may not exceed max(EXCUSE_FLOOR, EXCUSE_SHARE * stochastic decisions).
+EXCUSE_FLOOR = 2
+EXCUSE_SHARE = 0.01
+# At most this many alternative masks are tried for one request (each near-tie token flipped alone,
+# the closest ties first, and all of them together): near-ties are rare, more is noise.
+MAX_MASK_ALTERNATIVES = 8
+
+_WHAT = {"accept": "acceptance test", "argmax": "argmax", "residual": "residual mass", "length": "length",
+         "block": "block decision u <= h", "prefix": "accepted tokens", "mask": "sampling-parameter mask"}
+
+
+@dataclass
+class Divergence:
+    request: int
+    step: int
+    kind: str  # a key of _WHAT
+    ref_token: int | None
+    prod_token: int | None
+    margin: float
+    tolerance: float
+    excused: bool
+    note: str = ""
+
+    def describe(self) -> str:
+        return (f"request {self.request}, step {self.step}: {_WHAT[self.kind]} diverges: reference token "
+                f"{self.ref_token}, production token {self.prod_token}, margin {self.margin:.6g} "
+                f"(tolerance {self.tolerance:.3g}){self.note}")
+
+
+@dataclass
+class Comparison:
+    """The first divergence of every request that has one, and how many stochastic decisions
+    (acceptance tests, block decisions, resamples and bonus tokens of requests with `T > 0`) were
+    compared."""
+
+    divergences: list = field(default_factory=list)
+    stochastic: int = 0
+
+    @property
+    def excused(self) -> list:
+        return [d for d in self.divergences if d.excused]
+
+    @property
+    def failed(self) -> list:
+        return [d for d in self.divergences if not d.excused]
+
+    @property
+    def excuse_cap(self) -> float:
+        """The most excused divergences SPEC section 8 allows for this comparison."""
+        return max(EXCUSE_FLOOR, EXCUSE_SHARE * self.stochastic)
+
+
+def _at_step(trace, i: int, kind: str):
+    return next((d for d in trace.decisions if d.step == i and d.kind == kind), None)
+
+
+def _gap_and_tolerance(dec, tok, eps) -> tuple[float, float]:
+    """The production token's gap in an argmax-like decision and its tolerance `eps * L(ref, tok)`."""
+    if tok is None or not 0 <= tok < len(dec.gaps):
+        return np.inf, eps * dec.scale
+    return float(dec.gaps[tok]), eps * float(dec.scales[tok])
+
+
+def _final_divergence(r, i, trace, ref_tok, prod_tok, eps) -> Divergence:
+    """The token emitted at step `i` (a resample or bonus, or a greedy argmax) differs."""
+    arg = _at_step(trace, i, "argmax")
+    if arg is None:
+        return Divergence(r, i, "length", ref_tok, prod_tok, np.inf, 0.0, False)
+    gap, tol = _gap_and_tolerance(arg, prod_tok, eps)
+    found = Divergence(r, i, "argmax", ref_tok, prod_tok, gap, tol, gap <= tol)
+    res = _at_step(trace, i, "residual")
+    if not found.excused and res is not None and res.margin <= eps:
+        # The mass decision may have gone the other way: excused when the production token is
+        # what that branch emits (its gaps and scales are the other branch's).
+        alt_gap, alt_tol = _gap_and_tolerance(res, prod_tok, eps)
+        if alt_gap <= alt_tol:
+            return Divergence(r, i, "residual", ref_tok, prod_tok, res.margin, eps, True)
+    return found
+
+
+def _step_divergence(r, i, trace, drafts, ref_tok, prod_tok, eps) -> Divergence:
+    acc = _at_step(trace, i, "accept")
+    if acc is not None:
+        d = int(drafts[i])
+        if acc.accepted != (prod_tok == d):
+            tol = eps * acc.scale
+            return Divergence(r, i, "accept", ref_tok, prod_tok, acc.margin, tol, abs(acc.margin) <= tol)
+    return _final_divergence(r, i, trace, ref_tok, prod_tok, eps)
+
+
+def _token_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | None, int]:
+    """Token by token (SPEC section 4): the first divergence and the last step compared."""
+    last = max(len(ref), len(prod))
+    for i in range(last):
+        tr = ref[i] if i < len(ref) else None
+        tp = prod[i] if i < len(prod) else None
+        if tr == tp:
+            continue
+        if tr is None or tp is None:
+            return Divergence(r, i, "length", tr, tp, np.inf, 0.0, False), i
+        return _step_divergence(r, i, trace, drafts, tr, tp, eps), i
+    return None, last
+
+
+def _block_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | None, int]:
+    """By `tau` (SPEC section 4b): the production's `tau` must follow from the reference's block
+    decisions with only near-ties flipped; then the token at `tau` is compared."""
+    tau_ref, tau = len(ref) - 1, len(prod) - 1
+    bad = next((i for i in range(max(tau, 0)) if i >= len(drafts) or prod[i] != int(drafts[i])), None)
+    if bad is not None:
+        return Divergence(r, bad, "prefix", ref[bad] if bad < len(ref) else None, prod[bad], np.inf, 0.0, False,
+                          note="; block verification emits the drafts d_0..d_{tau-1} then one more token"), bad
+    blocks = sorted((d for d in trace.decisions if d.kind == "block"), key=lambda d: d.step)
+    if tau != tau_ref:
+        if tau < 0 or tau > len(blocks):
+            return Divergence(r, max(tau, 0), "length", None, None, np.inf, 0.0, False,
+                              note=f"; num_sampled {tau + 1}, but only {len(blocks)} steps are verified"), max(tau, 0)
+        # tau = the last step with u_i <= h_i: step tau - 1 accepted, every later verified step rejected.
+        needed = ([(tau - 1, True)] if tau > 0 else []) + [(i, False) for i in range(tau, len(blocks))]
+        first = None
+        for i, want in needed:
+            dec = blocks[i]
+            if dec.accepted == want:
+                continue
+            tol = eps * dec.scale
+            div = Divergence(r, i, "block", ref[min(i, tau_ref)], prod[min(i, tau)], dec.margin, tol,
+                             abs(dec.margin) <= tol, note=f"; tau {tau} vs the reference's {tau_ref}")
+            if not div.excused:
+                return div, max(tau, tau_ref)
+            first = first or div
+        return first, max(tau, tau_ref)
+    if prod[tau] == ref[tau]:
+        return None, tau
+    return _final_divergence(r, tau, trace, ref[tau], prod[tau], eps), tau
+
+
+def _stochastic_compared(trace, last_step: int, greedy: bool) -> int:
+    if greedy:
+        return 0
+    return sum(1 for d in trace.decisions if d.kind not in ("residual", "mask") and d.step <= last_step)
+
+
+def mask_near_ties(trace, last_step: int, eps: float) -> list:
+    """The mask decisions of the trace, on steps up to `last_step`, that a float32 sampler may decide
+    the other way (`|margin| <= eps * L`; a top-k tie, margin 0, is kept and never excused), the
+    closest first."""
+    near = [d for d in trace.decisions if d.kind == "mask" and d.step <= last_step
+            and abs(d.margin) <= eps * d.scale and not (d.margin == 0 and getattr(d, "what", "") == "top_k")]
+    return sorted(near, key=lambda d: abs(d.margin) / d.scale)
+
+
+def _mask_alternatives(near: list) -> list[dict]:
+    """Flip sets to try: each near-tie token alone (closest first), then all of them together."""
+    singles = [{d.row: {d.token}} for d in near[: MAX_MASK_ALTERNATIVES - 1]]
+    if len(near) <= 1:
+        return singles
+    every: dict = {}
+    for d in near:
+        every.setdefault(d.row, set()).add(d.token)
+    return singles + [every]
+
+
+def _mask_excusal(batch, out, r, trace, last_step, eps, reference) -> Divergence | None:
+    """An excused "mask" divergence when request `r`'s production output is what the reference emits
+    with some near-tie mask decisions flipped (and that comparison certifies), else None."""
+    near = mask_near_ties(trace, last_step, eps)
+    if not near or reference is None:
+        return None
+    sub = select_requests(batch, [r])
+    lo = int(batch.cu_num_logits[r])
+    mine = SamplerOutput(sampled=out.sampled[r : r + 1], num_sampled=out.num_sampled[r : r + 1])
+    for flips in _mask_alternatives(near):
+        _, alt = reference.verify_with_trace(sub, flips={j - lo: tokens for j, tokens in flips.items()})
+        again = compare_decisions(sub, mine, alt, eps)
+        if not again.failed:
+            d = near[0]
+            what = ", ".join(f"row {j} token(s) {sorted(t)}" for j, t in flips.items())
+            return Divergence(r, d.step, "mask", None, None, d.margin, eps * d.scale, True,
+                              note=f"; explained by the mask near-tie(s) {what} decided the other way "
+                                   f"({getattr(d, 'what', '') or 'mask'} margin {d.margin:.3g})")
+    return None
+
+
+def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference=None) -> Comparison:
+    """Every first divergence per request between production output `out` and reference traces.
+
+    With `reference` (the oracle that made the traces), a divergence that is not itself a near-tie
+    is still excused when a near-tie mask decision of the request, decided the other way, explains it.
+    """
+    result = Comparison()
+    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    block = getattr(batch, "verification", "token") == "block"
+    for trace in traces:
+        r = trace.request
+        greedy = bool(temps[r] == 0)
+        ref, prod = list(trace.tokens), out.request(r)
+        drafts = batch.draft_tokens(r)
+        compare = _block_divergence if block and not greedy else _token_divergence
+        div, last = compare(r, trace, drafts, ref, prod, eps)
+        if div is not None and not div.excused and not greedy:
+            scope = len(drafts) if block else div.step
+            div = _mask_excusal(batch, out, r, trace, scope, eps, reference) or div
+        if div is not None:
+            result.divergences.append(div)
+        result.stochastic += _stochastic_compared(trace, last if div is not None else len(drafts), greedy)
+    return result
