@@ -78,6 +78,8 @@ def first_padded(drafts: np.ndarray, n: np.ndarray, vocab: int) -> np.ndarray:
     n = np.asarray(n, np.int64)
     steps = np.arange(drafts.shape[1])[None, :]
     padded = (steps < n[:, None]) & ((drafts < 0) | (drafts >= vocab))
+    if not padded.size:
+        return n.astype(np.int64)
     return np.where(padded.any(axis=1), np.argmax(padded, axis=1), n).astype(np.int64)
 
 

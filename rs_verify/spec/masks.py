@@ -17,7 +17,8 @@ error of the threshold `M + log m`), top-k `max(1, |t|)`, top-p `1` (a probabili
 
 The order of tokens in top-p is that of the exact probabilities, i.e. of the logits (two distinct
 logits whose float64 probabilities round to the same value are not a tie); the mass before a token
-is an exclusive prefix sum in float64.
+is an exclusive sequential prefix sum in float64 of `exp(z - max z)` in that order, divided by the
+total.
 
 Imports only NumPy and the batch contract. The reference, the properties and the strategies'
 labels use this one implementation; production samplers implement their own.
@@ -133,9 +134,10 @@ def _kth_largest(left: np.ndarray, k: np.ndarray) -> np.ndarray:
 def apply_masks(z: np.ndarray, params: RowParams, *, margins: bool = True) -> MaskResult:
     """The SPEC section 2 masks of processed logits `z` (float32 `[rows, V']`) under `params`.
 
-    With `margins=False` only `kept` and the thresholds are computed (the margin fields are None).
+    With `margins=False` only `kept` and the thresholds are computed (the margin fields are None);
+    top-p then finds its cut from the sorted values alone (`_top_p_kept`), without the per-token masses.
     """
-    z = np.asarray(z)
+    z = np.asarray(z, np.float32)
     rows, vp = z.shape
     kept = np.ones((rows, vp), bool)
     out = dict(min_p_margin=None, top_k_margin=None, top_p_margin=None,
@@ -146,52 +148,99 @@ def apply_masks(z: np.ndarray, params: RowParams, *, margins: bool = True) -> Ma
             out[name] = np.full((rows, vp), np.nan)
     if rows == 0 or vp == 0:
         return MaskResult(kept=kept, **out)
-    z64 = z.astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        # 1. min-p: keep z >= max z + log m.
-        r = np.flatnonzero(params.stochastic & (params.min_p > 0))
-        if r.size:
-            top = z64[r].max(axis=1)
+        # 1. min-p: keep z >= max z + log m (compared in float64: z - thr >= 0 exactly when z >= thr).
+        r = _on(params.stochastic & (params.min_p > 0))
+        if r is not None:
+            zr = z[r]
+            top = zr.max(axis=1).astype(np.float64)
             log_m = np.log(params.min_p[r])
             thr = top + log_m
-            margin = z64[r] - thr[:, None]
             out["min_p_threshold"][r] = thr
             out["min_p_scale"][r] = np.maximum(1.0, np.maximum(np.abs(top), np.abs(log_m)))
             if margins:
-                out["min_p_margin"][r] = margin
-            kept[r] = margin >= 0
-        # 2. top-k: keep z >= the k-th largest of the row left by 1 (ties with it kept).
-        r = np.flatnonzero(params.stochastic & (params.top_k > 0) & (params.top_k < vp))
-        if r.size:
-            kr = kept[r]
-            left = np.where(kr, z64[r], -np.inf)
-            t = _kth_largest(left, params.top_k[r])
-            margin = left - t[:, None]  # -inf - -inf = NaN where fewer than k are finite: nothing masked
-            margin[np.isneginf(t)] = np.inf
-            margin[~kr] = np.nan
+                out["min_p_margin"][r] = zr.astype(np.float64) - thr[:, None]
+            kept[r] = zr >= thr[:, None]
+        # 2. top-k: keep z >= the k-th largest of the row left by 1 (ties with it kept; t = -inf keeps all).
+        r = _on(params.stochastic & (params.top_k > 0) & (params.top_k < vp))
+        if r is not None:
+            kr, zr = kept[r], z[r]
+            t = _kth_largest(np.where(kr, zr, np.float32(-np.inf)), params.top_k[r]).astype(np.float64)
             out["top_k_threshold"][r] = t
             out["top_k_scale"][r] = np.maximum(1.0, np.where(np.isfinite(t), np.abs(t), 0.0))
             if margins:
+                margin = zr.astype(np.float64) - t[:, None]
+                margin[np.isneginf(t)] = np.inf
+                margin[~kr] = np.nan
                 out["top_k_margin"][r] = margin
-            kept[r] = kr & ~(margin < 0)
+            kept[r] = kr & (zr >= t[:, None])
         # 3. top-p: keep x iff the mass before it (descending p, ties by ascending id) is < c.
-        r = np.flatnonzero(params.stochastic & (params.top_p < 1))
-        if r.size:
+        r = _on(params.stochastic & (params.top_p < 1))
+        if r is not None:
             kr = kept[r]
-            left = np.where(kr, z64[r], -np.inf)
-            e = np.exp(left - left.max(axis=1, keepdims=True))
-            p = e / e.sum(axis=1, keepdims=True)
-            order = np.argsort(-left, axis=1, kind="stable")  # stable: ties in ascending id
-            sorted_p = np.take_along_axis(p, order, axis=1)
-            before_sorted = np.zeros_like(sorted_p)
-            np.cumsum(sorted_p[:, :-1], axis=1, out=before_sorted[:, 1:])  # exclusive prefix sums
-            before = np.empty_like(before_sorted)
-            np.put_along_axis(before, order, before_sorted, axis=1)
-            margin = np.where(kr, params.top_p[r, None] - before, np.nan)
+            left = np.where(kr, z[r], np.float32(-np.inf))
+            c = params.top_p[r]
             if margins:
+                margin = np.where(kr, c[:, None] - _mass_before(left), np.nan)
                 out["top_p_margin"][r] = margin
-            kept[r] = kr & (margin > 0)
+                kept[r] = kr & (margin > 0)
+            else:
+                kept[r] = kr & _top_p_kept(left, c)
     return MaskResult(kept=kept, **out)
+
+
+def _on(flags: np.ndarray):
+    """The rows where `flags` holds: `slice(None)` for all of them (`a[r]` is then a view, not a copy),
+    None for none, else their indices."""
+    if flags.all():
+        return slice(None)
+    r = np.flatnonzero(flags)
+    return r if r.size else None
+
+
+def _sorted_mass_before(desc: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """Float64 mass before each position of float32 rows sorted in descending order (`top`: the row
+    max): `E_i = exp(desc_i - top)`, a sequential prefix sum `C`, and `before_i = C_{i-1} / C_last`.
+    A sequential sum is the same whatever the number of trailing `-inf` columns (they add exact
+    zeros), so `_top_p_kept` may drop those columns and still agree bit for bit with `_mass_before`."""
+    with np.errstate(under="ignore"):
+        e = np.exp(desc - top)
+    cum = np.cumsum(e, axis=1)
+    before = np.zeros_like(cum)
+    np.divide(cum[:, :-1], cum[:, -1:], out=before[:, 1:])
+    return before
+
+
+def _mass_before(left: np.ndarray) -> np.ndarray:
+    """Per token of float32 rows: the float64 probability mass of the tokens before it in descending
+    probability, ties by ascending id (`_sorted_mass_before` in that order, mapped back to the ids)."""
+    top = left.max(axis=1, keepdims=True).astype(np.float64)
+    order = np.argsort(-left, axis=1, kind="stable")  # stable: ties in ascending id
+    before_sorted = _sorted_mass_before(np.take_along_axis(left, order, axis=1), top)
+    before = np.empty_like(before_sorted)
+    np.put_along_axis(before, order, before_sorted, axis=1)
+    return before
+
+
+def _top_p_kept(left: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`_mass_before(left) < c` without the permutation: the same masses over the sorted values (tied
+    tokens have equal probabilities, so the sequence does not depend on their order; the `-inf` tail,
+    mass before 1 >= c, is left out) give the number kept, `n`; the kept tokens are those above the
+    `n`-th value and the lowest-id ties with it."""
+    top = left.max(axis=1, keepdims=True).astype(np.float64)
+    desc = -np.sort(-left, axis=1)
+    width = max(1, int((desc > -np.inf).sum(axis=1).max()))
+    before_sorted = _sorted_mass_before(desc[:, :width], top)
+    n = (before_sorted < c[:, None]).sum(axis=1)  # a prefix: the masses never decrease
+    cut = desc[np.arange(left.shape[0]), n - 1][:, None]
+    above = left > cut
+    tied = left == cut
+    need = n - above.sum(axis=1)
+    kept = above | tied
+    some = np.flatnonzero(tied.sum(axis=1) > need)  # only part of the ties with the cut is kept
+    if some.size:
+        kept[some] = above[some] | (tied[some] & (np.cumsum(tied[some], axis=1) <= need[some, None]))
+    return kept
 
 
 def batch_masks(batch: SpecBatch, z: np.ndarray, *, margins: bool = True) -> MaskResult:
