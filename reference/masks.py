@@ -62,11 +62,13 @@ def mask_slab(slab, z: np.ndarray, params: RowParams, flips: dict) -> SlabMasks 
     Returns the masked rows and their masks, or None when no row of the slab has a parameter on.
     """
     rp = params.take(slab.states[slab.req])
-    rows = np.flatnonzero(rp.any)
+    on = rp.any
+    whole = bool(on.all())
+    rows = np.arange(slab.nrow) if whole else np.flatnonzero(on)
     if not rows.size:
         return None
-    zr = z[rows]
-    res = apply_masks(zr, rp.take(rows), margins=slab.trace)
+    zr = z if whole else z[rows]
+    res = apply_masks(zr, rp if whole else rp.take(rows), margins=slab.trace)
     kept = res.kept
     if flips:
         local = np.full(slab.nrow, -1, np.int64)
@@ -77,8 +79,9 @@ def mask_slab(slab, z: np.ndarray, params: RowParams, flips: dict) -> SlabMasks 
                 kept[i, toks] = ~kept[i, toks]
                 if not (kept[i] & (zr[i] > -np.inf)).any():
                     raise ValueError(f"flips: row {j} would keep no token with a finite logit")
-    zr[~kept] = -np.inf
-    z[rows] = zr
+    np.putmask(zr, ~kept, np.float32(-np.inf))
+    if not whole:
+        z[rows] = zr
     return SlabMasks(rows, res)
 
 

@@ -12,9 +12,8 @@ import numpy as np
 
 from rs_verify.spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.spec.chunking import empty_output, iter_request_chunks, verify_chunked
-from rs_verify.spec.validation import check_structure, validate as validate_batch
-
 from rs_verify.spec.masks import state_params
+from rs_verify.spec.validation import check_structure, validate as validate_batch
 
 from .masks import check_flips
 from .slab import Slab, verify_slab

@@ -81,7 +81,8 @@ def _naive_block(batch) -> list[list[int]]:
 def _mixed_params(b, seed):
     rng = np.random.default_rng(seed)
     s = b.num_states
-    return b.replace(top_k=rng.choice([0, 2, 5], s).astype(np.int32), top_p=rng.choice([1.0, 0.8], s).astype(np.float32),
+    return b.replace(top_k=rng.choice([0, 2, 5], s).astype(np.int32),
+                     top_p=rng.choice([1.0, 0.8], s).astype(np.float32),
                      min_p=rng.choice([0.0, 0.1], s).astype(np.float32))
 
 
@@ -126,7 +127,7 @@ def test_matches_per_request_loop(one_hot, vd, masks):
 
 @pytest.mark.parametrize("one_hot", [False, True])
 def test_one_step_blocks_equal_token_wise(one_hot):
-    """K = 1: h_0 = P_0 = min(p(d) / q(d), 1) and the residual is max(p - q, 0): block and token-wise
+    """K = 0 and K = 1: h_0 = P_0 = min(p(d) / q(d), 1) and the residual is max(p - q, 0): block and token-wise
     verification emit the same tokens and logprobs, and each block decision's margin is the acceptance
     test's when p(d) < q(d)."""
     compared = 0
@@ -150,6 +151,9 @@ def test_one_step_blocks_equal_token_wise(one_hot):
             assert [d.kind for d in t.decisions if d.kind != "accept"] == [
                 d.kind for d in bt.decisions if d.kind != "block"]
     assert compared >= 5
+    b = random_batch(410, one_hot=one_hot, k=0, reqs=6, num_logprobs=1)  # K = 0: the bonus alone
+    for name, arr in SAMPLER(b).arrays().items():
+        assert np.array_equal(arr, SAMPLER(block(b)).arrays()[name]), name
 
 
 def _one_hot_block(p_rows, drafts, seeds, pos=None):
@@ -189,6 +193,32 @@ def test_later_step_rescues_the_block():
             if u[3 * r] >= a:  # token-wise rejects d_0 (log p(d_0) > log u fails) and stops there
                 assert token_wise.num_sampled[r] == 1
     assert rescued > 100  # P(u_0 > 1/11, u_1 <= .45) = .41 of 400 seeds
+
+
+def test_partly_accepted_block_resamples_from_the_scaled_residual():
+    """Model drafts (d_0, d_1) = (0, 3): P_0 = p_0(0) / q_0(0) = .25 / .5 = .5; p_1 = (.4, .3, .2, .1),
+    q_1 = (.1, .1, .1, .7): Z_1 = sum max(.5 p_1 - q_1, 0) = .15, h_0 = .15 / .65, h_1 = P_1 = .5 * .1 / .7.
+    When tau = 1 (u_0 <= h_0 and u_1 > h_1) the token at row 1 comes from max(P_0 p_1 - q_1, 0) =
+    (.1, .05, 0, 0), never token 2, which the unscaled max(p_1 - q_1, 0) = (.3, .2, .1, 0) can emit."""
+    reqs = 300
+    x = np.log(np.array([[0.25] * 4, [0.4, 0.3, 0.2, 0.1], [0.25] * 4])).astype(np.float32)
+    dl = np.log(np.array([[[0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3], [0.1, 0.1, 0.1, 0.7]]])).astype(np.float32)
+    b = block(make_batch(np.tile(x, (reqs, 1)), [[0, 3]] * reqs, np.arange(reqs + 1) * 3,
+                         draft_logits=np.repeat(dl, reqs, axis=0), seeds=np.arange(reqs),
+                         pos=np.tile([20, 21, 22], reqs)))
+    out, traces = SAMPLER.verify_with_trace(b)
+    pt, qt = probs.target_probs(b), probs.draft_probs(b)
+    big_p = pt[0, 0] / qt[0, 0]
+    with np.errstate(divide="ignore"):
+        scaled, unscaled = np.log(np.maximum(big_p * pt[1] - qt[1], 0)), np.log(np.maximum(pt[1] - qt[1], 0))
+    partial, unscaled_differs = 0, 0
+    for r in np.flatnonzero(out.num_sampled == 2):
+        partial += 1
+        res = next(d for d in traces[r].decisions if d.kind == "residual")
+        assert (res.step, res.accepted) == (1, True) and res.margin == pytest.approx(0.15, rel=1e-6)
+        assert out.request(r) == [0, _gumbel_argmax(scaled, r, 21, 4)] and out.request(r)[1] in (0, 1)
+        unscaled_differs += out.request(r)[1] != _gumbel_argmax(unscaled, r, 21, 4)
+    assert partial >= 30 and unscaled_differs >= 5
 
 
 @pytest.mark.parametrize("q_zero", [False, True])

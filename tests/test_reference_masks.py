@@ -296,3 +296,22 @@ def test_apply_masks_margins_and_scales():
                                                  np.float32(0.6) - p0 - (1 - p0) / 2], rtol=0, atol=1e-12)
     assert res.kept[0].tolist() == [True, True, False, False, False]
     assert apply_masks(z, rp, margins=False).kept.tolist() == res.kept.tolist()
+
+
+def test_kept_without_margins_equals_kept_with_margins():
+    """spec.masks' fast top-p cut (sorted values only) keeps exactly the tokens whose mass before is < c,
+    on rows full of ties (small integer logits, -inf entries) and at exact boundaries (c = j / V on
+    uniform rows, masses exact in float64)."""
+    rng = np.random.default_rng(7)
+    rows, v = 400, 16
+    z = rng.integers(-3, 3, (rows, v)).astype(np.float32)
+    z[rng.random((rows, v)) < 0.2] = NEG
+    z[:, 0] = 0
+    z[:50] = 0  # uniform rows
+    c = np.where(np.arange(rows) < 50, rng.integers(1, v, rows) / v, rng.uniform(0.05, 0.99, rows))
+    rp = row_params(params(make_batch(z, [[]] * rows, np.arange(rows + 1), k=0), top_p=0.5))
+    rp = type(rp)(rp.min_p, rng.choice([0, 2, 5], rows), c, rp.stochastic)
+    slow, fast = apply_masks(z, rp), apply_masks(z, rp, margins=False)
+    assert np.array_equal(slow.kept, fast.kept)
+    n_kept = (slow.kept & (z > -np.inf)).sum(axis=1)
+    assert np.array_equal(n_kept[:50], np.ceil(c[:50] * v).astype(int))  # uniform rows: the first c * V ids
