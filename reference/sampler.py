@@ -38,6 +38,8 @@ class ReferenceSampler:
     name = "reference"
     supports_chunking = True
     streams = "spec"
+    verification_methods = frozenset({"token", "block"})  # SPEC sections 4 and 4b
+    sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS):
         self.validate = bool(validate)

@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 
 from mutants.mutation import load_patched
-from rs_verify.engine.runner import pytest_run
+from rs_verify.engine.runner import make_context, pytest_run
+from rs_verify.properties import PROPERTIES
 from rs_verify.properties import PropertyFailure
 from rs_verify.properties import distribution as dist
+from rs_verify.properties import distribution_sequences as seqs
 from rs_verify.properties.distribution_fit import bins, binomial_fit, chisquare_fit
 from rs_verify.spec.probs import target_probs
 
-CAMPAIGN_PROPERTIES = [*dist.CAMPAIGNS, "closed_forms"]
+CAMPAIGN_PROPERTIES = [*dist.CAMPAIGNS, "closed_forms", *dist.SEQUENCE_PROPERTIES]
 
 
 @pytest.mark.parametrize("prop", CAMPAIGN_PROPERTIES)
@@ -48,11 +50,38 @@ PLANTED = {
     "vLLM MRV2 padded and empty residuals": (
         [PADDED_FROM_Q, EMPTY_TO_TOKEN_0], ["distribution_saturated_residuals"]),
 }
+# Block verification (SPEC 4b, reference/block.py) and the sampling parameters (SPEC 2, reference/masks.py).
+PLANTED_ELSEWHERE = {
+    "block: tau at the first rejection (no rescue by a later step)": ("block.py", [
+        ("tau = result.tau(u)", "tau = np.cumprod(u <= result.h, axis=1).sum(axis=1).astype(np.int64)")],
+        ["block_closed_forms", "distribution_block_sequences"]),
+    "block: residual max(p - q, 0) without P_{tau-1}": ("block.py", [
+        ('"log_scale": result.residual_log_scale(tau)', '"log_scale": np.zeros(nb)')], ["block_closed_forms"]),
+    "block: h_i = P_i at every step (the token-wise rule)": ("block.py", [
+        ("h=thresholds(log_prefix, z, m)", "h=np.exp(log_prefix)")],
+        ["block_closed_forms", "distribution_block_sequences"]),
+    "block: a draft the target excludes extends the block": ("block.py", [
+        ("log_prefix = prefix_ratios(log_pd, log_qd, m)",
+         "log_prefix = prefix_ratios(np.where(np.isneginf(log_pd), 0.0, log_pd), log_qd, m)")],
+        ["block_closed_forms", "distribution_block_sequences"]),
+    "block: Z_{i+1} scaled by P_{i+1} instead of P_i": ("block.py", [
+        ("big_p = np.exp(log_prefix[ri[zs], st[zs] - 1])", "big_p = np.exp(log_prefix[ri[zs], st[zs]])")],
+        ["block_closed_forms", "distribution_block_sequences"]),
+    # vLLM #42744 (V1 sampler): the masks reach only the bonus token.
+    "sampling parameters on the bonus row only": ("masks.py", [("    on = rp.any\n", "    on = rp.any & slab.bonus\n")],
+                                                  ["distribution_sampling_params"]),
+}
+for _bug, (_file, _patches, _props) in PLANTED_ELSEWHERE.items():
+    PLANTED[_bug] = (_patches, _props)
 CASES = [(bug, prop) for bug, (_, props) in PLANTED.items() for prop in props]
 
 
 def _run(name, sampler, profile="ci", campaign=None):
     trials = dist.TRIALS[profile]
+    if name in dist.SEQUENCE_PROPERTIES:
+        ctx = make_context(sampler, None, profile=profile, device="cpu")
+        PROPERTIES[name].check(ctx, None)
+        return
     if name == "closed_forms":
         result = dist.run_closed_forms(sampler, trials)
     else:
@@ -62,7 +91,8 @@ def _run(name, sampler, profile="ci", campaign=None):
 
 @pytest.mark.parametrize(("bug", "prop"), CASES, ids=[f"{b}-{p}" for b, p in CASES])
 def test_planted_bias_is_detected(bug, prop):
-    mutant = load_patched("rs_verify.reference", {"slab.py": PLANTED[bug][0]}).ReferenceSampler()
+    where = PLANTED_ELSEWHERE[bug][0] if bug in PLANTED_ELSEWHERE else "slab.py"
+    mutant = load_patched("rs_verify.reference", {where: PLANTED[bug][0]}).ReferenceSampler()
     with pytest.raises(PropertyFailure, match="does not fit"):
         _run(prop, mutant)
 
@@ -150,6 +180,10 @@ def test_stated_power_holds_by_simulation():
 
 
 def _law_of(prop, label):
+    if prop in dist.SEQUENCE_PROPERTIES:
+        trials = dist.TRIALS["ci"]
+        tests = seqs.closed_form_powers(trials) if prop == "block_closed_forms" else seqs.sequence_powers(trials)
+        return next(law for name, _, _, law in tests if name == label)
     if prop == "closed_forms":
         for c in dist.CLOSED_FORMS:
             drafts = dist.closed_form_drafts(c, c.vocab + 1)

@@ -1,7 +1,7 @@
 """Distribution properties (SPEC section 8): fixed-seed tests of fit over many trials.
 
-Four properties, each a fixed, seeded campaign run once on a sampler declared fast (the
-Triton interpreter is not: these run on CUDA, and in CI on the NumPy reference):
+Fixed, seeded campaigns, each run once on a sampler that is not interpreted (the Triton
+interpreter is not fast enough: these run on CUDA, and in CI on the NumPy reference):
 
 - `distribution_model_drafts`: V = 16, K = 3, T in {0.7, 1.0, 1.6}; drafts drawn from q with
   the salted drafter stream, and padded (-1) tails after 2, 1 or 0 real drafts (patterns
@@ -12,6 +12,13 @@ Triton interpreter is not: these run on CUDA, and in CI on the NumPy reference):
   saturated (p = q uniform on 1, 2, 4 or 8 tokens, exactly in any precision), drafts from q
   (always accepted), masked drafts (`o`: rejected with an empty residual max(p - q, 0), which
   SPEC section 4 replaces by p) and padded drafts at every step;
+- `distribution_sampling_params`: V = 16, K = 3, the target rows masked by each temperature's
+  sampling parameters (SPEC 2: top-k 4 at T = 0.7, top-p 0.7 at T = 1.0, min-p 0.05 with top-k 10
+  and top-p 0.9 at T = 1.6), drafts drawn from the unmasked q (`qqq`, `qq-`, `q--`): every law is the
+  masked p, and a draft of a masked token is rejected;
+- `distribution_sequences`, `distribution_block_sequences`, `block_closed_forms`: whole emitted
+  sequences (token by token and in blocks) and block verification's exact laws of tau, in
+  `distribution_sequences` (the module);
 - `closed_forms`: V = 8, K = 1, T = 0.8, every draft token and a padded one enumerated over
   random rows and over saturated rows: acceptance frequency min(1, p(d) / q(d)) (0 padded;
   binomial), and the rejected trials' tokens follow max(p - q, 0) / Z, or p for a padded draft
@@ -44,7 +51,11 @@ weakest tests at the stated d.
 | distribution_model_drafts | 42 | 31.2-63.9 | 0.224/0.125/0.090/0.042 | 0.019 | T=0.7 position 1, drafts from q (1,251) |
 | distribution_one_hot_drafts | 33 | 30.7-55.1 | 0.338/0.164/0.114/0.046 | 0.018 | T=1.0 position 2, padded drafts (1,063) |
 | distribution_saturated_residuals | 60 | 31.8-49.7 | 0.084/0.046/0.033/0.015 | 0.018 | T=0.7 position 3 (9,524) |
+| distribution_sampling_params | 33 | 30.7-50.7 | 0.207/0.114/0.080/0.036 | 0.016 | T=1.6 position 2, padded drafts (1,535) |
 | closed_forms | 33 | 34.6-45.9 | 0.082/0.045/0.032/0.014 | 0.027 | draft 0: residual max(p - q, 0) (8,293) |
+| distribution_sequences | 21 | 94.2-142.2 | 0.071/0.041/0.028/0.013 | 0.021 | sequences, model drafts, T=1.0, drafts 'qq' (22,222) |
+| distribution_block_sequences | 21 | 94.2-142.2 | 0.071/0.041/0.028/0.013 | 0.021 | sequences, model drafts, T=1.0, drafts 'qq' (22,222) |
+| block_closed_forms | 80 | 32.4-39.7 | 0.196/0.107/0.076/0.034 | 0.036 | block closed forms, model drafts (1, 0): token at tau = 2 (1,562) |
 """
 
 from __future__ import annotations

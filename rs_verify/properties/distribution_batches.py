@@ -62,6 +62,9 @@ class Campaign:
     # Sampling parameters (SPEC section 2) per temperature: one dict of top_k / top_p / min_p values
     # per entry of `temperatures` (() for none). The target rows are masked, the drafts are not.
     params: tuple = ()
+    # rows = "given": the target's and the drafter's probabilities, `(p [K + 1][V], q [K][V])`, as
+    # nested tuples (logits log p and log q; a probability of 0 is a masked token, logit -inf).
+    given: tuple = ()
 
     def __post_init__(self):
         for pat in self.draft_patterns:
@@ -92,6 +95,10 @@ class Campaign:
 def _rows(rng, c: Campaign):
     """Target logits float32 [K + 1, V] and draft logits [K, V] (see the module docstring)."""
     k1, v = c.steps + 1, c.vocab
+    if c.rows == "given":
+        with np.errstate(divide="ignore"):
+            x, d = (np.log(np.array(a, np.float64)).astype(np.float32) for a in c.given)
+        return x, d
     if c.rows == "saturated":
         x = np.where(rng.random((k1, v)) < 0.5 * c.filler, np.float32(FILLER), np.float32(-np.inf)).astype(np.float32)
         x[:, -1] = -np.inf

@@ -12,8 +12,9 @@ i of the requests that reach it follows p_i", do not hold for blocks at all).
   the salted drafter stream, padded after one draft or at the first step (`qq`, `q-`, `-q`), and
   fixed one-hot drafts (`qq`, `q-`). Per temperature and draft mode, the completed sequences
   (4^3 = 64 cells) pooled over the patterns and per pattern, against the product law.
-- `block_closed_forms`: V = 4, K = 2, T = 0.8, every pair of fixed drafts (padded and masked
-  tokens included), one-hot and model: with the drafts fixed the thresholds `h_i` are too, so
+- `block_closed_forms`: V = 5 (given rows, `CLOSED_ROWS`; one token masked in the target), K = 2,
+  T = 1, 16 pairs of fixed drafts (`CLOSED_DRAFTS`: padded, partly accepted, saturating and masked
+  drafts), one-hot and model: with the drafts fixed the thresholds `h_i` are too, so
   `P(tau = t) = h_{t-1} prod_{t <= i < m} (1 - h_i)` exactly (`rs_verify.spec.block.tau_law`), and
   given `tau = t` the token there follows the residual of SPEC 4b (its noise is independent of the
   uniforms). Plus the one-sided test of SPEC 8's claim that block verification accepts at least as
@@ -50,8 +51,19 @@ SEQUENCES = (
     Campaign("sequences, model drafts", "model", vocab=5, steps=2, seed=31, patterns=("qq", "q-", "-q")),
     Campaign("sequences, one-hot drafts", "one_hot", vocab=5, steps=2, seed=32, patterns=("qq", "q-")),
 )
-CLOSED = Campaign("block closed forms", "model", vocab=4, steps=2, temperatures=(0.8,), seed=33,
-                  verification="block")
+# Rows where a partly accepted block is common and its residual max(P p - q, 0) is far from the
+# token-wise max(p - q, 0): d_0 = 0 gives P_0 = 0.6, h_0 = 0.37 and, at tau = 1, residuals at total
+# variation 0.23 from each other; d_0 = 1 or 3 saturate P_0 = 1; token 4 is masked in the target
+# (p = 0) and proposed by the drafter (q > 0), so P collapses to 0.
+CLOSED_ROWS = (
+    ((0.30, 0.35, 0.20, 0.15, 0.0), (0.05, 0.15, 0.35, 0.45, 0.0), (0.25, 0.25, 0.20, 0.30, 0.0)),
+    ((0.50, 0.15, 0.20, 0.05, 0.10), (0.40, 0.30, 0.20, 0.05, 0.05)),
+)
+# The draft pairs enumerated: at step 0 padded, P < 1, P saturated, p(d) = 0; at step 1 padded, a
+# small ratio, a saturating one, p(d) = 0.
+CLOSED_DRAFTS = ((-1, 0, 1, 4), (-1, 0, 3, 4))
+CLOSED = Campaign("block closed forms", "model", vocab=5, steps=2, temperatures=(1.0,), seed=33,
+                  verification="block", rows="given", given=CLOSED_ROWS)
 GAIN = Campaign("block gain", "model", vocab=8, steps=3, temperatures=(0.7, 1.0), seed=34)
 MIN_RESIDUAL_N = 200  # a residual law is tested where its step is expected at least this often
 
@@ -124,9 +136,9 @@ def sequence_powers(trials: int) -> list:
 # -- block closed forms ------------------------------------------------------------------------
 
 
-def closed_form_drafts(trials: int, vocab: int) -> np.ndarray:
-    """Every pair of drafts in `{-1, 0, .., V-1}^2`, cycled over the trials (int64 `[trials, 2]`)."""
-    pairs = np.array(list(itertools.product(range(-1, vocab), repeat=2)), np.int64)
+def closed_form_drafts(trials: int) -> np.ndarray:
+    """Every pair of `CLOSED_DRAFTS`, cycled over the trials (int64 `[trials, 2]`)."""
+    pairs = np.array(list(itertools.product(*CLOSED_DRAFTS)), np.int64)
     return pairs[np.arange(trials) % len(pairs)]
 
 
@@ -160,7 +172,7 @@ def closed_form_fits(sampler, trials: int) -> list:
     fits = []
     for mode in ("model", "one_hot"):
         c = replace(CLOSED, draft_mode=mode, name=f"{CLOSED.name}, {mode.replace('_', '-')} drafts")
-        drafts = closed_form_drafts(trials, c.vocab)
+        drafts = closed_form_drafts(trials)
         batch, _, _ = build_batch(c, trials, drafts=drafts)
         if as_declared(batch, sampler) is not batch and mode == "model":
             continue  # the sampler takes no model drafts: the one-hot half still runs
@@ -181,10 +193,11 @@ def closed_form_powers(trials: int) -> list:
     out = []
     for mode in ("model", "one_hot"):
         c = replace(CLOSED, draft_mode=mode, name=f"{CLOSED.name}, {mode.replace('_', '-')} drafts")
-        drafts = closed_form_drafts(trials, c.vocab)
-        batch, _, _ = build_batch(c, (c.vocab + 1) ** 2, drafts=drafts[: (c.vocab + 1) ** 2])
-        per_pair = trials / (c.vocab + 1) ** 2
-        for pair, law, residuals in closed_form_cases(c, batch, drafts[: (c.vocab + 1) ** 2]):
+        pairs = len(closed_form_drafts(trials)[: np.prod([len(d) for d in CLOSED_DRAFTS])])
+        drafts = closed_form_drafts(pairs)
+        batch, _, _ = build_batch(c, pairs, drafts=drafts)
+        per_pair = trials / pairs
+        for pair, law, residuals in closed_form_cases(c, batch, drafts):
             out.append((f"{c.name} {pair}: tau", "chi-square", per_pair, law))
             for t, resid in residuals.items():
                 if law[t] * per_pair >= MIN_RESIDUAL_N:
