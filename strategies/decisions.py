@@ -33,6 +33,10 @@ wrong:
 `u` is most sensitive to small errors in `p` or `q`; large ones spread the acceptance
 probabilities. Measured: 56% of acceptance tests have `0 < a < 1` (32% in [0.1, 0.95]).
 
+Block verification and sampling parameters (the `verifications` and `sampling_params` knobs)
+are planted by `strategies.block` and `strategies.params`, and labelled from the contract's own
+formulas (`strategies.events`: `BLOCK_KNOBS`, `PARAM_KNOBS`).
+
 Imports only NumPy, Hypothesis and the batch contract.
 """
 
@@ -46,18 +50,22 @@ from hypothesis import strategies as st
 
 from rs_verify.spec.batch import LOGITS_DTYPES, SpecBatch
 
-from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds
 from . import edges
+from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds
+from .block import choose_verification, greedy_mix, plant_block
+from .contents import Contents
 from .drafts import close_draft_rows, gumbel_max_drafts, lean_draft_ids, log_softmax_processed, pattern_draft_rows
 from .events import label_decisions, label_structure
 from .knobs import check_bool, check_ints, drawn_int64, drawn_vocab, rare, vocab_strategy
 from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
+from .params import draw_params_on, plant_params, vet_thresholds
 from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
 from .scalars import temperature as kind_temperature
 
 # Per-request temperature kinds and their weights (greedy a minority; shrinks to "one").
 REQUEST_KINDS = (("one", 2), ("random", 3), ("greedy", 1))
 DRAFT_SIGMA = (0.03, 2.0)  # log-uniform noise between processed target and draft logits (see module doc)
+SECOND_CHANCE = 1 / 3  # with block or parameters allowed: padding, saturation or parameters the structure left out
 SPREAD_SCALE = (0.3, 3.0)  # log-uniform scale of processed "random" target logits: p keeps entropy
 LEAN_SHARE = 0.15  # stochastic requests that keep lean drafts (argmax-leaning ids, pattern rows)
 MAX_OFFSET = 64.0  # common logit offsets in [-64, 64]
@@ -116,6 +124,22 @@ def decision_batches(
     * `masks`: one draw in four masks logits with `-inf` (never a row's maxima).
     * `saturated`: two model-draft draws in three saturate a target row and its draft row
       on the same token, with a draft id elsewhere (the residual max(p - q, 0) is empty).
+    * `verifications`: some of "token" and "block" (SPEC sections 4 and 4b). With both, each
+      draw takes block about one time in two (a content draw: three in five when a request
+      verifies two drafts or more, one in four otherwise), tilted by `strategies.block`
+      (thresholds near the known uniforms, rescued and partly accepted blocks, `Z + 1 - P = 0`,
+      `p(d) = q(d) = 0`, padding mid-block, greedy requests beside stochastic ones). Default
+      `("token",)`: what a sampler that declares no `verification_methods` is sent.
+    * `sampling_params`: some of "min_p", "top_k", "top_p" (SPEC section 2), or empty. With
+      any, three draws in four carry per-state parameters, each request its own recipe
+      (`strategies.params`: off, loose, tight, all three, ties at the top-k threshold, a top-p
+      boundary inside tied tokens, min-p = 1 on tied maxima, masked drafts, masks that empty
+      the residual or change the bonus token). Default `()`: no parameters, what a sampler
+      that declares no `sampling_params` is sent. The engine passes the sampler's declarations.
+    * With either allowed, a draw whose structure left out padding, saturation or parameters
+      gets them one time in three from the content generator (Hypothesis's generate phase
+      shares structural draws across families of examples). With neither allowed, the draws
+      are those of earlier releases, example for example.
     """
     cfg = check_common(min_reqs=min_reqs, max_reqs=max_reqs, max_spec_steps=max_spec_steps, min_drafts=min_drafts,
                        max_vocab=max_vocab, draft_modes=draft_modes, draft_vocab=draft_vocab,
@@ -185,8 +209,6 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     v_eff = V if Vd is None else Vd
     dtype = draw(st.sampled_from(cfg["dtypes"]))
     lp_mode = draw(st.sampled_from(cfg["logprobs"]))
-    verification = cfg["verifications"][0] if len(cfg["verifications"]) == 1 else draw(
-        st.sampled_from(cfg["verifications"]))
     num_logprobs = None if lp_mode is None else draw(st.integers(0, min(V, cfg["max_logprobs"])))
     kinds = [_request_kind(draw, cfg["kinds"]) for _ in range(R)]
     if R and all(k == "greedy" for k in kinds) and len(cfg["kinds"]) > 1:
@@ -204,14 +226,28 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     shuffled = (R + extra >= 2) and rare(draw, 3)
     req_seeds = [drawn_int64(draw(cfg["seeds"]), "seeds", -(2**63)) for _ in range(R)]
     req_pos = [drawn_int64(draw(cfg["positions"]), "positions", 0) for _ in range(R)]
+    # Sampling parameters: drawn only when allowed (token-only draws are unchanged).
+    params_on = draw_params_on(draw, cfg["sampling_params"])
     # Contents from the content seed AND every structural draw: Hypothesis explores by small
     # mutations of earlier examples, and each must be a fresh draw of logits, drafts and noise.
     structure = (R, K, n_r, V, Vd, mode, dtype, lp_mode, num_logprobs, kinds, patterns, padded, masked, saturated,
                  tied, shifted, extra, shuffled, req_seeds, req_pos)
+    extended = cfg["verifications"] != ("token",) or cfg["sampling_params"]
+    if extended:
+        structure += (cfg["verifications"], params_on)
     rng = np.random.default_rng([draw(st.integers(0, 2**32 - 1)), zlib.crc32(repr(structure).encode())])
+    # The method is content: each example draws its own (block about one in two when both are allowed).
+    # A structural draw would be shared by the few-example families Hypothesis's generate phase
+    # builds by mutation, and the share of block batches within 40 examples would swing widely.
+    verification = choose_verification(rng, cfg["verifications"], n_r)
+    kinds = greedy_mix(rng, kinds, n_r, cfg["kinds"]) if verification == "block" else kinds
+    if extended:  # second chances from the content generator (the structural flags are family-shared)
+        padded = padded or (cfg["padded"] and rng.random() < SECOND_CHANCE)
+        saturated = saturated or (cfg["saturated"] and mode == "model" and rng.random() < SECOND_CHANCE)
+        params_on = params_on or (bool(cfg["sampling_params"]) and rng.random() < SECOND_CHANCE)
 
     # ---- contents, filled by NumPy ----
-    if mode == "model" and Vd == V and cfg["draft_vocab"] and V >= 2 and rng.random() < 0.25:
+    if mode == "model" and Vd == V and cfg["draft_vocab"] and V >= 2 and rng.random() < (0.5 if extended else 0.25):
         # More draft vocabularies below the target's, drawn from the content generator so that the
         # structural draws (and every knob's reach within the ci budget) stay as they are.
         Vd = int(rng.integers(1, V))
@@ -263,9 +299,22 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         logq = log_softmax_processed(close[:, :v_eff], float(temps[r]))
         draft_ids[lo + 1 : lo + 1 + n] = gumbel_max_drafts(logq, np.full(n, seeds_arr[s]), pos[lo : lo + n])
     if saturated:
-        edges.saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked)
+        edges.saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked,
+                       verification == "block")
     if padded:
-        edges.pad(rng, draft_ids, cu, n_r, stochastic, v_eff)
+        edges.pad(rng, draft_ids, cu, n_r, stochastic, v_eff, verification == "block")
+    params = {}
+    if params_on or verification == "block":
+        c = Contents(target=target, draft=draft, draft_ids=draft_ids, cu=cu, idx=idx, temps=temps, n_r=n_r, v=v_eff,
+                     dtype=dtype, bounds=bounds, seeds=seeds_arr, pos=pos, masked=masked, stochastic=stochastic,
+                     block_mode=verification == "block")
+        if params_on:
+            plant_params(rng, c, cfg["sampling_params"], V, mode)
+        if verification == "block":
+            plant_block(rng, c)
+        if params_on:
+            vet_thresholds(rng, c)
+        params = c.params
 
     batch = SpecBatch(
         target_logits=target,
@@ -281,6 +330,9 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         num_logprobs=num_logprobs,
         logprobs_mode=lp_mode or "raw",
         verification=verification,
+        top_k=params.get("top_k"),
+        top_p=params.get("top_p"),
+        min_p=params.get("min_p"),
     )
     label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
     label_decisions(batch, cfg["block_sizes"])

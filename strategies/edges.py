@@ -57,26 +57,35 @@ def greedy_tie_drafts(rng, target, lo, n, v_eff, draft_ids) -> None:
             draft_ids[lo + 1 + i] = int(rng.choice(top[1:]))
 
 
-def knob_step(rng, r, n_r, stochastic) -> int | None:
+def knob_step(rng, r, n_r, stochastic, block=False) -> int | None:
     """The step of request `r` a knob (padding, saturation) takes, or None: step 0 two times in
     three (it is then reached), a random step otherwise. The first stochastic request keeps its
-    step 0 (the knob takes a later step, or none), so the batch keeps a stochastic decision."""
+    step 0 (the knob takes a later step, or none), so the batch keeps a stochastic decision.
+    In a block batch (`block`) the knob takes a step inside the block (`1 <= i < n`, the last
+    half the time; step 0, a third of the time, when `n == 1`): a block cut at step 0 decides
+    nothing."""
     n = n_r[r]
+    if block:  # the last step half the time (the longest block before it), else any step >= 1
+        if n < 2:
+            return 0 if r != stochastic[0] and rng.random() < 1 / 3 else None
+        return n - 1 if rng.random() < 0.5 else int(rng.integers(1, n))
     if r == stochastic[0]:
         return int(rng.integers(1, n)) if n >= 2 else None
     return 0 if rng.random() < 2 / 3 else int(rng.integers(n))
 
 
-def saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked) -> None:
+def saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked,
+             block=False) -> None:
     """Saturate one or two steps of stochastic requests: target and draft rows put all their
     mass on the same token `t` (target: the rest `ONE_HOT_GAP` below or `-inf`; draft: a
     processed gap in [60, 600], so q(t) == 1 in float64), and the draft id is another token,
-    which the test rejects. The residual max(p - q, 0) then has no positive mass."""
+    which the test rejects. The residual max(p - q, 0) then has no positive mass. In a block
+    batch (`block`) the step lies inside the block (see `knob_step`)."""
     if v_eff < 2 or not stochastic or draft is None:
         return
     chosen = rng.choice(stochastic, size=min(len(stochastic), int(rng.integers(1, 3))), replace=False)
     for r in chosen:
-        i, t_r = knob_step(rng, r, n_r, stochastic), float(temps[r])
+        i, t_r = knob_step(rng, r, n_r, stochastic, block), float(temps[r])
         if i is None:
             continue
         j, tok = int(cu[r] + i), int(rng.integers(v_eff))
@@ -94,19 +103,20 @@ def saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_e
         draft_ids[j + 1] = other + (other >= tok)
 
 
-def pad(rng, draft_ids, cu, n_r, stochastic, v_eff) -> None:
+def pad(rng, draft_ids, cu, n_r, stochastic, v_eff, block=False) -> None:
     """Padded draft ids: one step of a stochastic request (see `knob_step`), plus up to a third of
-    the verified positions other than the first steps of stochastic requests."""
+    the verified positions other than the first steps of stochastic requests (none in a block
+    batch, `block`, whose padded step is mid-block: a padded draft ends the block)."""
     verified = np.concatenate([np.arange(cu[r] + 1, cu[r] + 1 + n_r[r]) for r in range(len(n_r))] + [[]])
     verified = verified.astype(np.int64)
     if verified.size == 0:
         return
     firsts = np.array([cu[r] + 1 for r in stochastic], np.int64)  # step 0 of stochastic requests: knob_step's
     others = verified[~np.isin(verified, firsts)]
-    where = others[rng.random(others.size) < rng.uniform(0.0, 0.33)]
+    where = others[rng.random(others.size) < rng.uniform(0.0, 0.33)] if not block else others[:0]
     if stochastic:
         r = int(rng.choice(stochastic[1:] or stochastic))
-        i = knob_step(rng, r, n_r, stochastic)
+        i = knob_step(rng, r, n_r, stochastic, block)
         if i is not None:
             where = np.append(where, cu[r] + 1 + i)
     if where.size == 0 and others.size:

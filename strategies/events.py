@@ -10,7 +10,8 @@ sampling parameters (section 2) are labelled from the contract's own formulas
 `strategies.param_events`, whose knobs this module re-exports:
 
 - `DECISION_KNOBS`: token-wise acceptance decisions (stochastic requests of token batches);
-- `BLOCK_KNOBS`: block decisions (stochastic requests of block batches);
+- `BLOCK_KNOBS`: block decisions (stochastic requests of block batches; `BLOCK_EXTRA_KNOBS` are
+  labelled but rarer);
 - `PARAM_KNOBS`: the masks of min-p, top-k and top-p and the decisions they change.
 
 Imports only NumPy, Hypothesis and the contract.
@@ -25,11 +26,12 @@ from hypothesis import event
 
 from rs_verify.spec.batch import SpecBatch
 
-from .block_events import (BLOCK_KNOBS, block_decisions, block_k_knob, block_knobs_of, block_near_ties)
+from .block_events import (BLOCK_EXTRA_KNOBS, BLOCK_KNOBS, block_decisions, block_k_knob, block_knobs_of,
+                           block_near_ties)
 from .facts import Facts, batch_facts
 from .param_events import PARAM_KNOBS, mask_near_ties, param_knobs_of, state_params_on
 
-__all__ = ["ACCEPT_BAND", "BLOCK_KNOBS", "DECISION_KNOBS", "PARAM_KNOBS", "acceptance_tests", "block_k_knob",
+__all__ = ["ACCEPT_BAND", "BLOCK_EXTRA_KNOBS", "BLOCK_KNOBS", "DECISION_KNOBS", "PARAM_KNOBS", "acceptance_tests", "block_k_knob",
            "block_knobs", "decision_knobs", "label_decisions", "label_structure", "near_ties", "stochastic_decisions"]
 
 ACCEPT_BAND = (0.1, 0.95)  # acceptance probabilities where the uniform u decides

@@ -14,7 +14,6 @@ import numpy as np
 
 from rs_verify.spec.batch import SAMPLING_PARAMS
 
-from .block_events import NEAR_TIE
 from .facts import Facts, gumbel_noise
 
 PARAMS_MIXED = "sampling params: off and on among the stochastic states of one batch"
@@ -39,6 +38,7 @@ PARAM_KNOBS = (PARAMS_MIXED, *MASKS.values(), PARAMS_TIGHT, PARAMS_LOOSE, TOP_K_
                PARAMS_LOGPROBS)
 
 _OFF = {"min_p": 0, "top_k": 0, "top_p": 1}
+TOP_P_NEAR, MIN_P_NEAR = 1e-5, 2.5e-7
 
 
 def state_params_on(batch) -> dict[str, np.ndarray]:
@@ -56,19 +56,18 @@ def state_params_on(batch) -> dict[str, np.ndarray]:
 
 
 def mask_near_ties(f: Facts) -> int:
-    """Mask decisions within `NEAR_TIE * L` of their boundary but not exactly on it (float32 and
-    float64 may decide them differently), plus top-p decisions exactly on it. Exact ties with the
-    top-k threshold and min-p = 1 on a maximum are decided exactly in any precision: not counted."""
+    """Mask decisions a float32 sampler may decide otherwise than the float64 reference: min-p
+    margins within `MIN_P_NEAR * L` of the threshold but not on it (a float32 `M + log m` is off
+    by about an ulp of L), top-p margins (masses) within `TOP_P_NEAR` (float32 sums of a few
+    hundred probabilities are off by ~1e-5). Top-k compares the same float32 logits, and
+    min-p = 1 puts the maxima exactly on the threshold: both exact."""
     if f.masks is None:
         return 0
-    count = 0
     with np.errstate(invalid="ignore"):
-        for what, margin, scale in f.masks.margins():
-            near = np.isfinite(margin) & (np.abs(margin) <= NEAR_TIE * scale)
-            if what != "top_p":
-                near &= margin != 0
-            count += int(near.sum())
-    return count
+        mp, tp = f.masks.min_p_margin, f.masks.top_p_margin
+        near_min_p = np.isfinite(mp) & (np.abs(mp) <= MIN_P_NEAR * f.masks.min_p_scale[:, None]) & (mp != 0)
+        near_top_p = np.isfinite(tp) & (np.abs(tp) <= TOP_P_NEAR) & np.isfinite(f.z)
+    return int(near_min_p.sum() + near_top_p.sum())
 
 
 def param_knobs_of(f: Facts, tests=(), bonus_rows=()) -> set[str]:
