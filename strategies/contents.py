@@ -11,17 +11,20 @@ Imports only NumPy and the contract.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from rs_verify.spec import block as spec_block
 from rs_verify.spec import probs
 
+from rs_verify.spec.masks import MaskResult
+
 from .facts import masked_probs, masked_rows, uniforms
 from .logits import round_to_dtype
 
 OFF = {"min_p": 0.0, "top_k": 0, "top_p": 1.0}  # each parameter's canonical "off" (SPEC section 2)
+MASK_FIELDS = tuple(f.name for f in fields(MaskResult))
 ZERO_GAP = (800.0, 1500.0)  # processed gap below a row's largest logit: exp underflows, p = 0 in float64
 
 
@@ -50,6 +53,7 @@ class Contents:
     protected: set = field(default_factory=set)
     designated: int | None = None  # a block batch's request kept for a rescue or a partial block
     _u: dict = field(default_factory=dict, repr=False)
+    _mz: dict = field(default_factory=dict, repr=False)
 
     def designate(self, rng) -> None:
         """In a block batch, one stochastic request of two drafts or more (once per batch)."""
@@ -66,10 +70,18 @@ class Contents:
         return int(self.cu[r])
 
     def masked_z(self, r: int, rows=None):
-        """Processed logits and masks of request `r`'s rows (all `n_r + 1`, or `rows`: offsets)."""
+        """Processed logits and masks of request `r`'s rows (all `n_r + 1`, or `rows`: offsets).
+        Cached per request on the bytes of its rows and its parameters (tilts edit both in place)."""
         lo = self.lo(r)
-        sel = np.arange(self.n_r[r] + 1) if rows is None else np.asarray(rows)
-        return masked_rows(self.target[lo + sel], float(self.temps[r]), self.state_params(r), self.v)
+        target = self.target[lo : lo + self.n_r[r] + 1]
+        key = (r, self.state_params(r), target.tobytes())
+        if self._mz.get(r, (None,))[0] != key:
+            self._mz[r] = (key, masked_rows(target, float(self.temps[r]), key[1], self.v))
+        z, mr = self._mz[r][1]
+        if rows is None:
+            return z, mr
+        sel = np.asarray(rows, np.int64)
+        return z[sel], MaskResult(**{k: getattr(mr, k)[sel] for k in MASK_FIELDS})
 
     def probs(self, r: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Masked target probabilities `[n + 1, V']` and draft probabilities `[n, V']` (None: one-hot)."""
