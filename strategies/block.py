@@ -1,24 +1,32 @@
 """Block batches rich in the decisions of SPEC section 4b (for `decision_batches`).
 
-When both methods are allowed, each draw picks its own (about one in two), from the content
-generator: Hypothesis's generate phase builds families of a few examples by mutating one,
-so a structural draw would give some ci runs almost no block batches and others almost no
-token batches. The tilts below are content draws too (each in `*_SHARE` of the block batches):
+When both methods are allowed, each draw picks its own (about one in two: three in five when a
+request verifies two drafts or more, one in four otherwise), from the content generator:
+Hypothesis's generate phase builds families of a few examples by mutating one, so a structural
+draw would give some ci runs almost no block batches and others almost no token batches. The
+tilts below are content draws too (each in `*_SHARE` of the block batches):
 
-- `near`: on most stochastic requests, one of three patterns: a step `i` whose `h_i` lands
-  within `exp(+-delta)` of its known uniform `u_i` (SPEC section 3 streams), `delta`
-  log-uniform in `[2e-3 L, 0.25]` (decided by u, far above float error); a rescue (an earlier
-  step below its threshold, a later one above: `tau` passes the earlier `u_i > h_i`); a
-  partial block (an earlier step above, the last verified one below: `0 < tau < m` with
-  `P_{tau-1} < 1`, the scaled residual). Rescues and partial blocks take `delta` in
-  `[0.05, 1]`, beyond the rounding of bfloat16 logits. A step is tuned through its draft's
-  target logit (or, when `p(d)` cannot rise that far, its draft logit); the target `P_i`
-  solves `Z(P) (1 - h) = h (1 - P)` (bisection; `Z` and `P` as `rs_verify.spec.block`).
+- a *designated* request (one of two drafts or more) gets a rescue or a partial block on two
+  adjacent steps `a, a + 1`: a rescue (`u_a > h_a`, then `u_{a+1} <= h_{a+1}`: `tau` passes the
+  earlier rejection) or a partial block (`u_a <= h_a` with `P_a < 1`, then `u_{a+1} > h_{a+1}`:
+  `0 < tau < m`, the residual scaled by `P_{tau-1} < 1`). The drafts are picked by their
+  ratio `p / q` (closed forms for one-hot drafts), the later step's draft mass set to carry
+  the prefix, and the logits tuned where that is not enough, with `|log h - log u|` in
+  `[0.05, 1]` (beyond the rounding of bfloat16 logits). Other requests take one of the same
+  patterns, or (`near`) a step `i` whose `h_i` lands within `exp(+-delta)` of its known
+  uniform `u_i` (SPEC section 3 streams), `delta` log-uniform in `[2e-3 L, 0.25]`: decided by u,
+  far above float error. A step is tuned through its draft's target logit (or, when `p(d)`
+  cannot rise that far, its draft logit); the target `P_i` solves `Z(P) (1 - h) = h (1 - P)`
+  (bisection; `Z` and `P` as `rs_verify.spec.block`).
 - `den_zero`: one request's step `i >= 1` saturated (target and draft on one token, so
-  `Z_i = 0`) after drafts of largest `p / q` (`P_{i-1} = 1`): `Z + 1 - P = 0`, `h_{i-1} = 1`.
-  One-hot drafts: the target rows up to `i` saturated on their drafts.
-- `zero_zero`: one model-draft step whose draft has `p(d) = q(d) = 0`: the prefix ratio is 0,
-  not NaN (a NaN-unsafe `min` gives 1 and accepts a token the target excludes).
+  `Z_i = 0`) after drafts of largest `p / q` (`P_{i-1} = 1`): `Z + 1 - P = 0`, `h_{i-1} = 1`;
+  mostly a draft elsewhere, so `tau = i` and the residual is empty. One-hot drafts: the target
+  rows up to `i` saturated on their drafts.
+- `zero_zero`: one or two model-draft steps whose draft has `p(d) = q(d) = 0`: the prefix ratio
+  is 0, not NaN (a NaN-unsafe `min` gives 1 and accepts a token the target excludes).
+- drafts of largest `p / q` before a padded step (padding is mid-block in block batches), so the
+  token at the padded step is resampled from p (`tau = m < n`); greedy requests beside
+  stochastic ones (`greedy_mix`: greedy requests verify token by token).
 
 Rows the sampling-parameter recipes built (`Contents.protected`) and drafts tied with another
 token are left alone.

@@ -58,7 +58,8 @@ from .drafts import close_draft_rows, gumbel_max_drafts, lean_draft_ids, log_sof
 from .events import label_decisions, label_structure
 from .knobs import check_bool, check_ints, drawn_int64, drawn_vocab, rare, vocab_strategy
 from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
-from .params import draw_params_on, plant_params, vet_thresholds
+from .params import draw_params_on, plant_params
+from .thresholds import vet_thresholds
 from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
 from .scalars import temperature as kind_temperature
 

@@ -12,15 +12,23 @@ several), the values, and for a stochastic request the rows its recipe builds:
   past a prefix of the group, so float32 and float64 agree on every tied token;
 - "min_p_one": `min_p = 1` with tied maxima on some rows (they are kept);
 - "masked_draft": a tight mask and a draft of a token it masks (`p(d) = 0`), with `q(d) > 0` or,
-  half the time for model drafts, `q(d) = 0`;
+  nine times in ten for model drafts, `q(d) = 0`;
 - "empty_residual": a mask that leaves one token `t`, the draft row saturated on `t` and a draft
   elsewhere: `max(p - q, 0)` is empty after the mask (not before);
 - "bonus": a tight mask on a flattened bonus row, and drafts the verification accepts (the token
   of largest `p / q`), so the bonus is emitted and the mask likely changes it.
 
+Value recipes mostly draft from a q close to the *masked* target (a drafter applying the same
+parameters), sometimes with one token it gave no mass (`p(d) = q(d) = 0`). With model drafts,
+one request besides the first stochastic one is usually given "empty_residual" or
+"masked_draft"; in a block batch one multi-step request keeps loose or no parameters for the
+block tilts. The first stochastic request keeps a stochastic decision (a masked draft there is
+drawn again from q restricted to the kept tokens: at step 0, every step in a block batch).
+
 Thresholds never land on purpose within float error of a token: top-p sits half a token's mass
-from the nearest decision, min-p and top-k are exact comparisons or random. States no request
-references hold garbage (even invalid values); greedy states get values they must ignore.
+from a tied group's decisions, and every top-p and min-p value is vetted at the end of the draw
+(`strategies.thresholds`); top-k and min-p = 1 are exact comparisons. States no request references hold
+garbage (even invalid values); greedy states get values they must ignore.
 
 Imports only NumPy, Hypothesis and the contract.
 """
@@ -44,8 +52,6 @@ DTYPES = {"min_p": np.float32, "top_k": np.int32, "top_p": np.float32}
 GARBAGE = {"min_p": (np.nan, -1.0, 2.0, np.inf, 0.5), "top_k": (-1, -(2**31), 5, 2**31 - 1),
            "top_p": (np.nan, 0.0, -1.0, 2.0, np.inf, 0.5)}
 TOP_P_MIN_MASS = 1e-2  # a tied group's token mass at least this: its top-p margins are >= 5e-3
-TOP_P_SAFE, MIN_P_SAFE = 1e-4, 2e-6  # smallest top-p margin (a mass) and min-p margin / L left in a draw
-VET_TOP_P_STEP, VET_MIN_P_STEP, VET_TRIES = (1e-4, 2e-3), (1e-3, 2e-2), 10  # moves of a vetted threshold
 DRAFT_SIGMA = (0.03, 2.0)  # as decision_batches' drafts drawn from q close to p
 KNOWING_SHARE = 0.6  # stochastic requests with parameters whose drafter samples from the masked target
 VALUE_RECIPES = ("loose", "tight", "all", "top_k_tie", "top_p_tie", "min_p_one")
@@ -175,33 +181,6 @@ def plant_params(rng, c: Contents, allowed, vocab: int, mode: str) -> None:
             for i in range(c.n_r[r] if c.block_mode else 1):
                 _step_kept(c, r, i)
     c.params = _present(rng, arrays, c.idx)
-
-
-def vet_thresholds(rng, c: Contents) -> None:
-    """Move a state's top-p or min-p threshold (a little, at most `VET_TRIES` times) when one of its
-    request's rows has a decision within float error of it: top-p margins (masses) below
-    `TOP_P_SAFE`, min-p margins below `MIN_P_SAFE * L`. A top-p boundary among tokens of tiny mass
-    lies within their mass of a decision, whatever the value: float32 sums of hundreds of
-    probabilities are off by ~1e-5. Top-k compares the same float32 logits (exact) and min_p = 1
-    is exact at the maximum: neither moves. Runs last (after the block tilts)."""
-    for r in range(len(c.idx)):
-        if c.temps[r] <= 0:
-            continue
-        s = int(c.idx[r])
-        for name, safe, step in (("top_p", TOP_P_SAFE, VET_TOP_P_STEP), ("min_p", MIN_P_SAFE, VET_MIN_P_STEP)):
-            a = c.params.get(name)
-            if a is None or a[s] == OFF[name] or (name == "min_p" and a[s] == 1.0):
-                continue
-            base = float(a[s])
-            for _ in range(VET_TRIES):
-                _, mr = c.masked_z(r)
-                margin = mr.top_p_margin if name == "top_p" else mr.min_p_margin / mr.min_p_scale[:, None]
-                with np.errstate(invalid="ignore"):
-                    if not (np.abs(margin[np.isfinite(margin)]) < safe).any():
-                        break
-                delta = float(rng.uniform(*step)) * float(rng.choice([-1.0, 1.0]))
-                moved = base + delta if name == "top_p" else base * float(np.exp(delta))
-                a[s] = np.float32(min(max(moved, 1e-3), 1.0 - 1e-3 if name == "top_p" else 0.999))
 
 
 def _knowing_drafter(rng, c: Contents, r: int) -> None:
