@@ -6,7 +6,12 @@
   straddling block sizes), for certification, invariants and determinism.
 - `chunk_caps`: caps on rows per chunk, at and below request boundaries.
 - `invalid_batches`: one SPEC section 9 defect per batch.
-- `decision_knobs`: the knobs a drawn batch exercises (what `hypothesis.event` records).
+- `decision_knobs`: the knobs a drawn batch exercises (what `hypothesis.event` records):
+  `DECISION_KNOBS` (token-wise decisions), `BLOCK_KNOBS` (block verification, SPEC 4b) and
+  `PARAM_KNOBS` (min-p, top-k, top-p, SPEC 2).
+
+Both batch strategies take `verifications` (default `("token",)`) and `sampling_params` (default
+`()`): what a sampler declaring nothing supports; the engine passes the sampler's declarations.
 
 Imports only NumPy, Hypothesis and the batch contract (never torch or triton).
 """
@@ -14,13 +19,15 @@ Imports only NumPy, Hypothesis and the batch contract (never torch or triton).
 from .batches import DRAFT_MODES, spec_batches
 from .chunks import CAP_KINDS, cap_candidates, cap_kind, chunk_caps
 from .decisions import decision_batches
-from .events import DECISION_KNOBS, acceptance_tests, block_knobs, decision_knobs, stochastic_decisions
-from .invalid import EXPECTED_FIELD, INVALID_CLASSES, InvalidBatch, invalid_batches
+from .events import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, acceptance_tests, block_k_knob, block_knobs,
+                     decision_knobs, near_ties, stochastic_decisions)
+from .invalid import EXPECTED_FIELD, INVALID_CLASSES, PARAM_CLASS_NEEDS, InvalidBatch, classes_for, invalid_batches
 from .logits import DTYPE_MAX, PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype
 from .scalars import (DEFAULT_BLOCK_SIZES, DEFAULT_VOCAB_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, positions,
                       seeds, vocab_sizes)
 
 __all__ = [
+    "BLOCK_KNOBS",
     "CAP_KINDS",
     "DECISION_KNOBS",
     "DEFAULT_BLOCK_SIZES",
@@ -30,20 +37,25 @@ __all__ = [
     "EXPECTED_FIELD",
     "INVALID_CLASSES",
     "InvalidBatch",
+    "PARAM_CLASS_NEEDS",
+    "PARAM_KNOBS",
     "PATTERNS",
     "TEMPERATURE_KINDS",
     "acceptance_tests",
     "block_edge_vocab_sizes",
+    "block_k_knob",
     "block_knobs",
     "cap_candidates",
     "cap_kind",
     "chunk_caps",
+    "classes_for",
     "decision_batches",
     "decision_knobs",
     "invalid_batches",
     "logits_rows",
     "magnitude_bound",
     "mask_rows",
+    "near_ties",
     "positions",
     "round_to_dtype",
     "seeds",

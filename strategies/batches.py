@@ -25,6 +25,7 @@ from .events import label_decisions, label_structure
 from .knobs import (INT64_MAX, check_bool, check_choices, check_int, check_strategy, drawn_int64, drawn_vocab, rare,
                     vocab_strategy)
 from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype
+from .params import broad_params
 from .scalars import (DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, garbage_temperatures, positions as default_positions,
                       seeds as default_seeds, temperature as kind_temperature, temperature_kinds,
                       vocab_sizes as default_vocab_sizes)
@@ -164,6 +165,14 @@ def spec_batches(
     * `positions`: the strategy of each request's first position, drawing values in
       `[0, 2**63 - 1]` (default `positions()`); rows of a request have consecutive
       positions (a start too close to `2**63 - 1` is moved down so they fit).
+    * `verifications`: some of "token" and "block" (SPEC sections 4 and 4b); the batch's
+      `verification` is drawn among them. Default `("token",)`: what a sampler that declares
+      no `verification_methods` is sent.
+    * `sampling_params`: some of "min_p", "top_k", "top_p" (SPEC section 2), or empty. With
+      any, one batch in two carries per-state values of those (each referenced state off,
+      loose, tight or all of them on; garbage at unreferenced states; an unused parameter
+      `None` or all off). Default `()`: no parameters, what a sampler that declares no
+      `sampling_params` is sent. The engine passes the sampler's declarations explicitly.
     """
     cfg = check_common(min_reqs=min_reqs, max_reqs=max_reqs, max_spec_steps=max_spec_steps, min_drafts=min_drafts,
                        max_vocab=max_vocab, draft_modes=draft_modes, draft_vocab=draft_vocab,
@@ -202,6 +211,7 @@ def _spec_batches(draw, cfg) -> SpecBatch:
     patterns = [draw(st.sampled_from(cfg["patterns"])) for _ in range(R)]
     req_seeds = [drawn_int64(draw(cfg["seeds"]), "seeds", -(2**63)) for _ in range(R)]
     req_pos = [drawn_int64(draw(cfg["positions"]), "positions", 0) for _ in range(R)]
+    params_on = bool(cfg["sampling_params"]) and rare(draw, 2)  # no draw unless parameters are allowed
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
 
     # ---- contents, filled by NumPy ----
@@ -238,6 +248,8 @@ def _spec_batches(draw, cfg) -> SpecBatch:
                                           cfg["patterns"], masked)
                 draft[idx[r], : n_r[r]] = rows
 
+    params = broad_params(rng, cfg["sampling_params"], S, idx, v_eff, V) if params_on else {}
+
     batch = SpecBatch(
         target_logits=target,
         draft_logits=draft,
@@ -252,6 +264,9 @@ def _spec_batches(draw, cfg) -> SpecBatch:
         num_logprobs=num_logprobs,
         logprobs_mode=lp_mode or "raw",
         verification=verification,
+        top_k=params.get("top_k"),
+        top_p=params.get("top_p"),
+        min_p=params.get("min_p"),
     )
     label_structure(batch, mode, dtype, temp_kind, kinds, patterns, lp_mode, masked, idx)
     label_decisions(batch, DEFAULT_BLOCK_SIZES)

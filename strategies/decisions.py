@@ -33,6 +33,10 @@ wrong:
 `u` is most sensitive to small errors in `p` or `q`; large ones spread the acceptance
 probabilities. Measured: 56% of acceptance tests have `0 < a < 1` (32% in [0.1, 0.95]).
 
+Block verification and sampling parameters (the `verifications` and `sampling_params` knobs)
+are planted by `strategies.block` and `strategies.params`, and labelled from the contract's own
+formulas (`strategies.events`: `BLOCK_KNOBS`, `PARAM_KNOBS`).
+
 Imports only NumPy, Hypothesis and the batch contract.
 """
 
@@ -46,22 +50,26 @@ from hypothesis import strategies as st
 
 from rs_verify.spec.batch import LOGITS_DTYPES, SpecBatch
 
+from . import edges
 from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds
-from .drafts import (close_draft_rows, gumbel_max_drafts, lean_draft_ids, log_softmax_processed, padded_ids,
-                     pattern_draft_rows)
+from .block import choose_verification, greedy_mix, plant_block
+from .contents import Contents
+from .drafts import close_draft_rows, gumbel_max_drafts, lean_draft_ids, log_softmax_processed, pattern_draft_rows
 from .events import label_decisions, label_structure
 from .knobs import check_bool, check_ints, drawn_int64, drawn_vocab, rare, vocab_strategy
-from .logits import ONE_HOT_GAP, PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
+from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
+from .params import draw_params_on, plant_params
+from .thresholds import vet_thresholds
 from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
 from .scalars import temperature as kind_temperature
 
 # Per-request temperature kinds and their weights (greedy a minority; shrinks to "one").
 REQUEST_KINDS = (("one", 2), ("random", 3), ("greedy", 1))
 DRAFT_SIGMA = (0.03, 2.0)  # log-uniform noise between processed target and draft logits (see module doc)
+SECOND_CHANCE = 1 / 3  # with block or parameters allowed: padding, saturation or parameters the structure left out
 SPREAD_SCALE = (0.3, 3.0)  # log-uniform scale of processed "random" target logits: p keeps entropy
 LEAN_SHARE = 0.15  # stochastic requests that keep lean drafts (argmax-leaning ids, pattern rows)
 MAX_OFFSET = 64.0  # common logit offsets in [-64, 64]
-SATURATED_DRAFT_GAP = (60.0, 600.0)  # processed gap of a saturated draft row: q(t) == 1 in float64
 
 
 def decision_batches(
@@ -117,6 +125,22 @@ def decision_batches(
     * `masks`: one draw in four masks logits with `-inf` (never a row's maxima).
     * `saturated`: two model-draft draws in three saturate a target row and its draft row
       on the same token, with a draft id elsewhere (the residual max(p - q, 0) is empty).
+    * `verifications`: some of "token" and "block" (SPEC sections 4 and 4b). With both, each
+      draw takes block about one time in two (a content draw: three in five when a request
+      verifies two drafts or more, one in four otherwise), tilted by `strategies.block`
+      (thresholds near the known uniforms, rescued and partly accepted blocks, `Z + 1 - P = 0`,
+      `p(d) = q(d) = 0`, padding mid-block, greedy requests beside stochastic ones). Default
+      `("token",)`: what a sampler that declares no `verification_methods` is sent.
+    * `sampling_params`: some of "min_p", "top_k", "top_p" (SPEC section 2), or empty. With
+      any, three draws in four carry per-state parameters, each request its own recipe
+      (`strategies.params`: off, loose, tight, all three, ties at the top-k threshold, a top-p
+      boundary inside tied tokens, min-p = 1 on tied maxima, masked drafts, masks that empty
+      the residual or change the bonus token). Default `()`: no parameters, what a sampler
+      that declares no `sampling_params` is sent. The engine passes the sampler's declarations.
+    * With either allowed, a draw whose structure left out padding, saturation or parameters
+      gets them one time in three from the content generator (Hypothesis's generate phase
+      shares structural draws across families of examples). With neither allowed, the draws
+      are those of earlier releases, example for example.
     """
     cfg = check_common(min_reqs=min_reqs, max_reqs=max_reqs, max_spec_steps=max_spec_steps, min_drafts=min_drafts,
                        max_vocab=max_vocab, draft_modes=draft_modes, draft_vocab=draft_vocab,
@@ -186,8 +210,6 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     v_eff = V if Vd is None else Vd
     dtype = draw(st.sampled_from(cfg["dtypes"]))
     lp_mode = draw(st.sampled_from(cfg["logprobs"]))
-    verification = cfg["verifications"][0] if len(cfg["verifications"]) == 1 else draw(
-        st.sampled_from(cfg["verifications"]))
     num_logprobs = None if lp_mode is None else draw(st.integers(0, min(V, cfg["max_logprobs"])))
     kinds = [_request_kind(draw, cfg["kinds"]) for _ in range(R)]
     if R and all(k == "greedy" for k in kinds) and len(cfg["kinds"]) > 1:
@@ -205,14 +227,28 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     shuffled = (R + extra >= 2) and rare(draw, 3)
     req_seeds = [drawn_int64(draw(cfg["seeds"]), "seeds", -(2**63)) for _ in range(R)]
     req_pos = [drawn_int64(draw(cfg["positions"]), "positions", 0) for _ in range(R)]
+    # Sampling parameters: drawn only when allowed (token-only draws are unchanged).
+    params_on = draw_params_on(draw, cfg["sampling_params"])
     # Contents from the content seed AND every structural draw: Hypothesis explores by small
     # mutations of earlier examples, and each must be a fresh draw of logits, drafts and noise.
     structure = (R, K, n_r, V, Vd, mode, dtype, lp_mode, num_logprobs, kinds, patterns, padded, masked, saturated,
                  tied, shifted, extra, shuffled, req_seeds, req_pos)
+    extended = cfg["verifications"] != ("token",) or cfg["sampling_params"]
+    if extended:
+        structure += (cfg["verifications"], params_on)
     rng = np.random.default_rng([draw(st.integers(0, 2**32 - 1)), zlib.crc32(repr(structure).encode())])
+    # The method is content: each example draws its own (block about one in two when both are allowed).
+    # A structural draw would be shared by the few-example families Hypothesis's generate phase
+    # builds by mutation, and the share of block batches within 40 examples would swing widely.
+    verification = choose_verification(rng, cfg["verifications"], n_r)
+    kinds = greedy_mix(rng, kinds, n_r, cfg["kinds"]) if verification == "block" else kinds
+    if extended:  # second chances from the content generator (the structural flags are family-shared)
+        padded = padded or (cfg["padded"] and rng.random() < SECOND_CHANCE)
+        saturated = saturated or (cfg["saturated"] and mode == "model" and rng.random() < SECOND_CHANCE)
+        params_on = params_on or (bool(cfg["sampling_params"]) and rng.random() < SECOND_CHANCE)
 
     # ---- contents, filled by NumPy ----
-    if mode == "model" and Vd == V and cfg["draft_vocab"] and V >= 2 and rng.random() < 0.25:
+    if mode == "model" and Vd == V and cfg["draft_vocab"] and V >= 2 and rng.random() < (0.5 if extended else 0.25):
         # More draft vocabularies below the target's, drawn from the content generator so that the
         # structural draws (and every knob's reach within the ci budget) stay as they are.
         Vd = int(rng.integers(1, V))
@@ -236,9 +272,9 @@ def _decision_batches(draw, cfg) -> SpecBatch:
                               bounds[r])
         target[cu[r] : cu[r + 1]] = rows
     if v_eff < V:
-        _heavy_tail(rng, target, v_eff, cu, bounds, dtype)
+        edges.heavy_tail(rng, target, v_eff, cu, bounds, dtype)
     if tied:
-        _tie_maxima(rng, target, v_eff)
+        edges.tie_maxima(rng, target, v_eff)
     if masked:
         mask_rows(rng, target, v_eff)
 
@@ -251,7 +287,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
             continue
         if temps[r] == 0 or rng.random() < LEAN_SHARE:
             if temps[r] == 0:
-                _greedy_tie_drafts(rng, target, lo, n, v_eff, draft_ids)
+                edges.greedy_tie_drafts(rng, target, lo, n, v_eff, draft_ids)
             if draft is not None:
                 draft[s, :n] = pattern_draft_rows(rng, target, cu, r, n, draft_ids, Vd, dtype, bounds[r],
                                                   cfg["patterns"], masked)
@@ -264,9 +300,22 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         logq = log_softmax_processed(close[:, :v_eff], float(temps[r]))
         draft_ids[lo + 1 : lo + 1 + n] = gumbel_max_drafts(logq, np.full(n, seeds_arr[s]), pos[lo : lo + n])
     if saturated:
-        _saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked)
+        edges.saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked,
+                       verification == "block")
     if padded:
-        _pad(rng, draft_ids, cu, n_r, stochastic, v_eff)
+        edges.pad(rng, draft_ids, cu, n_r, stochastic, v_eff, verification == "block")
+    params = {}
+    if params_on or verification == "block":
+        c = Contents(target=target, draft=draft, draft_ids=draft_ids, cu=cu, idx=idx, temps=temps, n_r=n_r, v=v_eff,
+                     dtype=dtype, bounds=bounds, seeds=seeds_arr, pos=pos, masked=masked, stochastic=stochastic,
+                     block_mode=verification == "block")
+        if params_on:
+            plant_params(rng, c, cfg["sampling_params"], V, mode)
+        if verification == "block":
+            plant_block(rng, c)
+        if params_on:
+            vet_thresholds(rng, c)
+        params = c.params
 
     batch = SpecBatch(
         target_logits=target,
@@ -282,102 +331,10 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         num_logprobs=num_logprobs,
         logprobs_mode=lp_mode or "raw",
         verification=verification,
+        top_k=params.get("top_k"),
+        top_p=params.get("top_p"),
+        min_p=params.get("min_p"),
     )
     label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
     label_decisions(batch, cfg["block_sizes"])
     return batch
-
-
-def _heavy_tail(rng, target, v_eff, cu, bounds, dtype) -> None:
-    """Target tokens `[V', V)` that no draft can propose, and that p excludes (SPEC section 1),
-    given logits at or above the row's largest in `[0, V')` on about half the rows: a sampler that
-    normalises or takes its argmax over `V` instead of `V'` then moves every decision of the row
-    (in place)."""
-    for r in range(len(cu) - 1):
-        for j in range(int(cu[r]), int(cu[r + 1])):
-            head = target[j, :v_eff]
-            finite = head[np.isfinite(head)]
-            if finite.size and rng.random() < 0.5:
-                top = float(finite.max()) + rng.uniform(0.0, 3.0, target.shape[1] - v_eff)
-                tail = np.minimum(top, bounds[r]).astype(np.float32)
-                target[j, v_eff:] = round_to_dtype(tail, dtype)
-
-
-def _tie_maxima(rng, target, v_eff) -> None:
-    """Give about half the rows (at least one) 2-4 exactly equal maxima over `[0, v_eff)`, never all
-    of `[0, v_eff)`: the greedy argmax must take the lowest index (in place)."""
-    n = target.shape[0]
-    if n == 0 or v_eff < 3:
-        return
-    rows = np.flatnonzero(rng.random(n) < 0.5)
-    for j in rows if rows.size else rng.integers(n, size=1):
-        head = target[j, :v_eff]
-        m = int(rng.integers(2, min(4, v_eff - 1) + 1))
-        head[rng.choice(v_eff, m, replace=False)] = head.max()
-
-
-def _greedy_tie_drafts(rng, target, lo, n, v_eff, draft_ids) -> None:
-    """Greedy drafts on rows with tied maxima: half the time a tied maximum above the lowest
-    index (SPEC section 4 rejects it: the argmax is the lowest index)."""
-    for i in range(n):
-        head = target[lo + i, :v_eff]
-        top = np.flatnonzero(head == head.max())
-        if top.size >= 2 and rng.random() < 0.5:
-            draft_ids[lo + 1 + i] = int(rng.choice(top[1:]))
-
-
-def _knob_step(rng, r, n_r, stochastic) -> int | None:
-    """The step of request `r` a knob (padding, saturation) takes, or None: step 0 two times in
-    three (it is then reached), a random step otherwise. The first stochastic request keeps its
-    step 0 (the knob takes a later step, or none), so the batch keeps a stochastic decision."""
-    n = n_r[r]
-    if r == stochastic[0]:
-        return int(rng.integers(1, n)) if n >= 2 else None
-    return 0 if rng.random() < 2 / 3 else int(rng.integers(n))
-
-
-def _saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked) -> None:
-    """Saturate one or two steps of stochastic requests: target and draft rows put all their
-    mass on the same token `t` (target: the rest `ONE_HOT_GAP` below or `-inf`; draft: a
-    processed gap in [60, 600], so q(t) == 1 in float64), and the draft id is another token,
-    which the test rejects. The residual max(p - q, 0) then has no positive mass."""
-    if v_eff < 2 or not stochastic or draft is None:
-        return
-    chosen = rng.choice(stochastic, size=min(len(stochastic), int(rng.integers(1, 3))), replace=False)
-    for r in chosen:
-        i, t_r = _knob_step(rng, r, n_r, stochastic), float(temps[r])
-        if i is None:
-            continue
-        j, tok = int(cu[r] + i), int(rng.integers(v_eff))
-        hot = rng.standard_normal()
-        row = np.full(target.shape[1], hot - ONE_HOT_GAP)
-        if masked and rng.random() < 0.5:
-            row[:] = -np.inf
-        row[tok] = hot
-        target[j] = round_to_dtype(row.astype(np.float32), dtype)
-        hot_q = rng.standard_normal()
-        q_row = np.full(draft.shape[2], hot_q - t_r * rng.uniform(*SATURATED_DRAFT_GAP))
-        q_row[tok] = hot_q
-        draft[idx[r], i] = round_to_dtype(q_row.astype(np.float32), dtype)
-        other = int(rng.integers(v_eff - 1))
-        draft_ids[j + 1] = other + (other >= tok)
-
-
-def _pad(rng, draft_ids, cu, n_r, stochastic, v_eff) -> None:
-    """Padded draft ids: one step of a stochastic request (see `_knob_step`), plus up to a third of
-    the verified positions other than the first steps of stochastic requests."""
-    verified = np.concatenate([np.arange(cu[r] + 1, cu[r] + 1 + n_r[r]) for r in range(len(n_r))] + [[]])
-    verified = verified.astype(np.int64)
-    if verified.size == 0:
-        return
-    firsts = np.array([cu[r] + 1 for r in stochastic], np.int64)  # step 0 of stochastic requests: _knob_step's
-    others = verified[~np.isin(verified, firsts)]
-    where = others[rng.random(others.size) < rng.uniform(0.0, 0.33)]
-    if stochastic:
-        r = int(rng.choice(stochastic[1:] or stochastic))
-        i = _knob_step(rng, r, n_r, stochastic)
-        if i is not None:
-            where = np.append(where, cu[r] + 1 + i)
-    if where.size == 0 and others.size:
-        where = others[rng.integers(others.size, size=1)]
-    draft_ids[where] = padded_ids(rng, where.size, v_eff)

@@ -4,7 +4,15 @@
 the meta-tests check what the properties actually receive. It walks the acceptance
 tests of SPEC section 4 in float64 with the SPEC uniforms, only to label the draw
 (which tests are evaluated, their acceptance probability, whether a rejection's
-residual is empty); no property relies on it.
+residual is empty); no property relies on it. Block batches (SPEC section 4b) and
+sampling parameters (section 2) are labelled from the contract's own formulas
+(`rs_verify.spec.block`, `rs_verify.spec.masks`) in `strategies.block_events` and
+`strategies.param_events`, whose knobs this module re-exports:
+
+- `DECISION_KNOBS`: token-wise acceptance decisions (stochastic requests of token batches);
+- `BLOCK_KNOBS`: block decisions (stochastic requests of block batches; `BLOCK_EXTRA_KNOBS` are
+  labelled but rarer);
+- `PARAM_KNOBS`: the masks of min-p, top-k and top-p and the decisions they change.
 
 Imports only NumPy, Hypothesis and the contract.
 """
@@ -16,8 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import event
 
-from rs_verify.spec import philox, probs
 from rs_verify.spec.batch import SpecBatch
+
+from .block_events import (BLOCK_EXTRA_KNOBS, BLOCK_KNOBS, block_decisions, block_k_knob, block_knobs_of,
+                           block_near_ties)
+from .facts import Facts, batch_facts
+from .param_events import PARAM_KNOBS, mask_near_ties, param_knobs_of, state_params_on
+
+__all__ = ["ACCEPT_BAND", "BLOCK_EXTRA_KNOBS", "BLOCK_KNOBS", "DECISION_KNOBS", "PARAM_KNOBS", "acceptance_tests", "block_k_knob",
+           "block_knobs", "decision_knobs", "label_decisions", "label_structure", "near_ties", "stochastic_decisions"]
 
 ACCEPT_BAND = (0.1, 0.95)  # acceptance probabilities where the uniform u decides
 
@@ -52,34 +67,33 @@ class Test:
     empty_residual: bool  # rejected model draft whose max(p - q, 0) has no positive mass
 
 
-def acceptance_tests(batch: SpecBatch) -> list[Test]:
-    """The acceptance tests of every stochastic request, up to and including its first rejection."""
-    r_count = batch.num_reqs
-    if r_count == 0 or batch.num_logits == 0:
+def _facts(batch) -> Facts:
+    return batch if isinstance(batch, Facts) else batch_facts(batch)
+
+
+def acceptance_tests(batch: SpecBatch | Facts) -> list[Test]:
+    """The token-wise acceptance tests of every stochastic request, up to and including its first
+    rejection (none for the stochastic requests of a block batch: they verify by block)."""
+    f = _facts(batch)
+    batch = f.batch
+    if batch.num_reqs == 0 or batch.num_logits == 0 or batch.verification == "block":
         return []
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
-    v = batch.effective_vocab_size
-    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    v, p, q, u = f.v, f.p, f.q, f.u
+    tests = []
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        p = probs.target_probs(batch)
-        q = probs.draft_probs(batch)
-        seeds = np.asarray(batch.seeds)[probs.row_states(batch)]
-        u = np.maximum(philox.rand(seeds, np.asarray(batch.pos)), philox.TINY).astype(np.float64)
-        tests = []
-        for r in range(r_count):
-            if temps[r] == 0:
-                continue
+        for r in np.flatnonzero(f.stochastic):
             for i, d in enumerate(batch.draft_tokens(r)):
                 j = int(cu[r] + i)
                 d = int(d)
                 if not 0 <= d < v:
-                    tests.append(Test(r, i, d, True, 0.0, False, False))
+                    tests.append(Test(int(r), i, d, True, 0.0, False, False))
                     break
                 qd = q[j, d] if q is not None else 1.0
                 prob = 0.0 if p[j, d] == 0 else 1.0 if p[j, d] >= qd else float(p[j, d] / qd)
                 accepted = bool(np.log(p[j, d]) > np.log(u[j]) + (np.log(q[j, d]) if q is not None else 0.0))
                 empty = bool(q is not None and not accepted and not (p[j] - q[j] > 0).any())
-                tests.append(Test(r, i, d, False, prob, accepted, empty))
+                tests.append(Test(int(r), i, d, False, prob, accepted, empty))
                 if not accepted:
                     break
     return tests
@@ -94,11 +108,27 @@ def _has_tie(batch: SpecBatch) -> bool:
     return bool(((ties >= 2) & (ties < h.shape[1])).any())
 
 
-def decision_knobs(batch: SpecBatch, block_sizes=()) -> set[str]:
-    """The knobs of `DECISION_KNOBS` (and `block_knobs(b)` for `b` in `block_sizes`) the batch has."""
-    tests = acceptance_tests(batch)
+def _bonus_rows(f: Facts, tests) -> list[tuple[int, int]]:
+    """`(request, row)` of every stochastic request that emits its bonus token."""
+    b = f.batch
+    cu = np.asarray(b.cu_num_logits, np.int64)
+    n = b.num_draft_tokens
+    if f.block is not None:
+        return [(int(r), int(cu[r] + n[r])) for r in np.flatnonzero(f.stochastic) if f.tau[r] == n[r]]
+    accepted = {}
+    for t in tests:
+        accepted[t.request] = accepted.get(t.request, 0) + t.accepted
+    return [(int(r), int(cu[r] + n[r])) for r in np.flatnonzero(f.stochastic) if accepted.get(int(r), 0) == n[r]]
+
+
+def decision_knobs(batch: SpecBatch | Facts, block_sizes=()) -> set[str]:
+    """The knobs of `DECISION_KNOBS`, `BLOCK_KNOBS` and `PARAM_KNOBS` (and `block_knobs(b)` for `b`
+    in `block_sizes`) the batch has."""
+    f = _facts(batch)
+    batch = f.batch
+    tests = acceptance_tests(f)
     real = [t for t in tests if not t.padded and t.probability > 0]
-    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
+    temps = f.temps
     model = batch.draft_logits is not None
     knobs = set()
     if real:
@@ -126,12 +156,23 @@ def decision_knobs(batch: SpecBatch, block_sizes=()) -> set[str]:
             knobs.add(multi)
             if v % b:
                 knobs.add(tail)
+    knobs |= block_knobs_of(f)
+    knobs |= param_knobs_of(f, tests, _bonus_rows(f, tests))
     return knobs
 
 
-def stochastic_decisions(batch: SpecBatch) -> int:
-    """How many acceptance tests with `p(d) > 0` the batch's stochastic requests evaluate."""
-    return sum(1 for t in acceptance_tests(batch) if not t.padded and t.probability > 0)
+def stochastic_decisions(batch: SpecBatch | Facts) -> int:
+    """How many stochastic decisions the batch's stochastic requests evaluate: acceptance tests
+    with `p(d) > 0` (token batches) and block decisions with `h_i > 0` (block batches)."""
+    f = _facts(batch)
+    return sum(1 for t in acceptance_tests(f) if not t.padded and t.probability > 0) + block_decisions(f)
+
+
+def near_ties(batch: SpecBatch | Facts) -> tuple[int, int]:
+    """`(mask decisions, block decisions)` within `1e-6 * L` of their boundary (SPEC section 8's
+    scale), where float32 and float64 may decide differently: the strategies never aim there."""
+    f = _facts(batch)
+    return mask_near_ties(f), block_near_ties(f)
 
 
 def _bucket(n: int) -> str:
@@ -139,10 +180,18 @@ def _bucket(n: int) -> str:
 
 
 def label_decisions(batch: SpecBatch, block_sizes=()) -> None:
-    """`hypothesis.event` for every decision knob the batch has and its count of decisions."""
-    for knob in sorted(decision_knobs(batch, block_sizes)):
+    """`hypothesis.event` for every decision knob the batch has and its count of decisions, its
+    verification method and the sampling parameters it carries."""
+    f = batch_facts(batch)
+    for knob in sorted(decision_knobs(f, block_sizes)):
         event(knob)
-    event(f"stochastic acceptance decisions: {_bucket(stochastic_decisions(batch))}")
+    event(f"stochastic acceptance decisions: {_bucket(stochastic_decisions(f))}")
+    event(f"verification: {batch.verification}")
+    if batch.verification == "block":
+        event(block_k_knob(batch.num_speculative_steps))
+    on = state_params_on(batch)
+    present = [f"{name}{'' if on[name].any() else ' (all off)'}" for name in on if getattr(batch, name) is not None]
+    event(f"sampling params: {', '.join(present) or 'none'}")
 
 
 def label_structure(batch, mode, dtype, temp_kind, kinds, patterns, lp_mode, masked, idx) -> None:

@@ -1,4 +1,5 @@
-"""Batches with exactly one defect of each class of SPEC section 9.
+"""Batches with exactly one defect of each class of SPEC section 9 (the sampling parameters'
+and the verification method's classes come from `strategies.bad_params`).
 
 `invalid_batches()` draws a valid batch from `spec_batches` (with whatever the
 defect needs: a request, a verified draft row, model drafts, a dtype) and
@@ -19,6 +20,7 @@ from hypothesis.errors import InvalidArgument
 
 from rs_verify.spec.batch import ARRAY_FIELDS, SAMPLING_PARAMS, SpecBatch
 
+from .bad_params import PARAM_CLASS_NEEDS, param_defects
 from .batches import spec_batches
 from .logits import FLOAT32_MAX
 
@@ -362,8 +364,16 @@ _DEFECTS.update(
     }
 )
 
+_DEFECTS.update(param_defects(_wrong_dtype, _wrong_shape, _R1))  # top_k, top_p, min_p, verification
+
 INVALID_CLASSES: tuple[str, ...] = tuple(_DEFECTS)
 EXPECTED_FIELD: dict[str, str] = {name: spec[0] for name, spec in _DEFECTS.items()}
+
+
+def classes_for(sampling_params: Sequence[str] = SAMPLING_PARAMS) -> tuple[str, ...]:
+    """`INVALID_CLASSES` without those that send a parameter outside `sampling_params` (SPEC 10:
+    a sampler is never sent a parameter it does not declare; `PARAM_CLASS_NEEDS`)."""
+    return tuple(c for c in INVALID_CLASSES if PARAM_CLASS_NEEDS.get(c) in (None, *sampling_params))
 
 # Small base batches: a defect needs no size to show.
 _BASE = dict(max_reqs=4, max_spec_steps=4, max_vocab=129)

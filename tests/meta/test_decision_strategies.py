@@ -3,13 +3,16 @@
 The ci budget is what counts: within the 40 derandomized examples the ci profile gives a
 property, the strategy each decision-comparing property draws from (certification, output
 invariants, determinism) must reach every knob of `strategies.DECISION_KNOBS` and the
-vocabulary-block knobs, and (nearly) every batch must carry a stochastic acceptance
-decision. The derandomized examples depend on the test function (Hypothesis seeds them
-from its digest), so each property's strategy is swept under three digests.
+vocabulary-block knobs, and (nearly) every batch must carry a stochastic decision. With the
+declarations of the built-in Triton sampler (block verification, all three sampling
+parameters) it must also reach every knob of `BLOCK_KNOBS` and `PARAM_KNOBS`. The derandomized
+examples depend on the test function (Hypothesis seeds them from its digest), so each
+property's strategy is swept under three digests.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from random import Random
 
 import numpy as np
@@ -23,13 +26,17 @@ from rs_verify.properties import PROPERTIES, Context
 from rs_verify.spec import philox
 from rs_verify.spec.batch import SpecBatch
 from rs_verify.spec.validation import validate
-from rs_verify.strategies import (DECISION_KNOBS, acceptance_tests, block_knobs, decision_batches, decision_knobs,
-                        stochastic_decisions)
+from rs_verify.strategies import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, acceptance_tests, block_knobs,
+                                  decision_batches, decision_knobs, near_ties, stochastic_decisions)
 from rs_verify.strategies.drafts import gumbel_max_drafts, salted_positions
+from rs_verify.strategies import facts as fx
+from rs_verify.strategies.facts import batch_facts
 
 FAST = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 CI_EXAMPLES = settings.get_profile("ci").max_examples  # 40
 CI_KWARGS = dict(profiles.BATCH_KWARGS["ci"])
+# What the built-in Triton sampler declares (the record passes it to the strategies).
+TRITON_DECLARED = dict(verifications=("token", "block"), sampling_params=("min_p", "top_k", "top_p"))
 DECISION_PROPERTIES = ("certified_equivalence", "output_invariants", "determinism")
 # Measured over 40 digests x 40 examples: every batch but 3 of 1,600 carries a stochastic
 # acceptance decision; the threshold leaves room for 2 of 40 without one.
@@ -53,8 +60,8 @@ CASES = [(prop, digest, 64) for prop in DECISION_PROPERTIES for digest in ("trit
 CASES += [(prop, "triton", block) for prop in DECISION_PROPERTIES for block in (16, None)]
 
 
-def _ci_strategy(name, block_v):
-    ctx = Context(sampler=_Sampler(block_v), profile="ci", batch_kwargs=dict(CI_KWARGS))
+def _ci_strategy(name, block_v, **declared):
+    ctx = Context(sampler=_Sampler(block_v), profile="ci", batch_kwargs=dict(CI_KWARGS, **declared))
     return PROPERTIES[name].strategy(ctx)
 
 
@@ -80,6 +87,37 @@ def test_every_knob_within_the_ci_budget(prop, digest, block_v):
     assert not wanted - seen, f"not reached in {CI_EXAMPLES} ci examples: {sorted(wanted - seen)}"
     with_decision = sum(stochastic_decisions(b) > 0 for b in batches)
     assert with_decision >= MIN_DECISION_SHARE * len(batches), f"{with_decision} of {len(batches)}"
+
+
+# Under the Triton sampler's declarations the strategy has 44 knobs to reach in a ci run, and
+# Hypothesis's generate phase spends its 40 examples on about eight families (a fresh example,
+# then mutations that keep most of its structure). Measured over 60 ci runs (20 digests x the
+# three properties below): no knob is missed by more than 3 of the 60 runs (11 knobs by 1-3),
+# and only one knob, once in 20 digests, by two of a digest's three properties. Each of these
+# properties draws its own 40 examples and compares decisions: a knob is held to two of three.
+TRITON_CASES = [("triton", 64), ("reference", 64), ("triton", 16)]
+MIN_DECISION_SHARE_DECLARED = 0.9  # masked drafts decide some requests without u: measured >= 37 of 40
+
+
+@pytest.mark.parametrize("digest, block_v", TRITON_CASES)
+def test_block_and_parameter_knobs_within_the_ci_budget(digest, block_v):
+    """With the Triton sampler's declarations, every knob (token-wise, block and parameters) is
+    reached within the ci budget of at least two of the three decision-comparing properties,
+    nearly every batch carries a stochastic decision, and no batch has a decision within float
+    error of its threshold (SPEC 8 excuses max(2, 1%) of those; the strategies never aim there)."""
+    wanted = set(DECISION_KNOBS + BLOCK_KNOBS + PARAM_KNOBS).union(block_knobs(block_v))
+    reached = Counter()
+    for prop in DECISION_PROPERTIES:
+        batches = _sweep(_ci_strategy(prop, block_v, **TRITON_DECLARED), f"{prop}:{digest}")
+        assert len(batches) == CI_EXAMPLES
+        facts = [batch_facts(b) for b in batches]  # one float64 evaluation per batch for all three counts
+        reached.update(set().union(*(decision_knobs(f, (block_v,)) for f in facts)) & wanted)
+        with_decision = sum(stochastic_decisions(f) > 0 for f in facts)
+        assert with_decision >= MIN_DECISION_SHARE_DECLARED * len(batches), (prop, with_decision)
+        ties = [near_ties(f) for f in facts]
+        assert not any(sum(t) for t in ties), (prop, ties)
+    short = {k: reached[k] for k in wanted if reached[k] < 2}
+    assert not short, f"reached in fewer than two of {DECISION_PROPERTIES}' ci runs: {short}"
 
 
 def test_acceptance_probabilities_spread_where_u_decides():
@@ -166,6 +204,106 @@ def test_knob_labels_read_the_batch():
     assert block_knobs(64)[0] in decision_knobs(_one_request([[0.0] * 65] * 2, None, [1]), (64,))
 
 
+def _requests(rows, drafts, *, draft_rows=None, temps=None, start=0, seed=0, **fields) -> SpecBatch:
+    """A batch of one state per request: `rows[r]` its target rows (n_r + 1), `drafts[r]` its draft
+    ids, `draft_rows[r]` its draft logits (None: one-hot drafts), positions from `start`."""
+    R, K = len(rows), max(len(d) for d in drafts)
+    cu = np.concatenate([[0], np.cumsum([len(d) + 1 for d in drafts])])
+    ids = np.concatenate([[0] + list(d) for d in drafts])
+    draft = None
+    if draft_rows is not None:
+        vd = len(draft_rows[0][0])
+        draft = np.zeros((R, K, vd), np.float32)
+        for r, d in enumerate(draft_rows):
+            draft[r, : len(d)] = d
+    return SpecBatch(
+        target_logits=np.concatenate([np.asarray(x, np.float32) for x in rows]), draft_logits=draft,
+        draft_token_ids=ids.astype(np.int64), cu_num_logits=cu.astype(np.int32),
+        pos=(start + np.arange(cu[-1])).astype(np.int64), idx_mapping=np.arange(R, dtype=np.int32),
+        temperature=np.asarray(temps or [1.0] * R, np.float32), seeds=np.full(R, seed, np.int64),
+        num_speculative_steps=K, **fields)
+
+
+def _start_where(cond, steps=2) -> int:
+    """The first position whose `steps` SPEC uniforms (seed 0) satisfy `cond`."""
+    for start in range(10_000):
+        if cond(*(float(max(philox.rand(np.int64(0), np.int64(start + i)), philox.TINY)) for i in range(steps))):
+            return start
+    raise AssertionError("no such position")
+
+
+def test_block_labels_read_the_batch():
+    """The block labels (`BLOCK_KNOBS`) are right where SPEC 4b's answer is known by hand."""
+    from rs_verify.strategies import block_events as be
+
+    # P_0 = 1 (p = q), then target and draft saturated on token 0 and a draft of token 2: Z_1 = 0,
+    # Z + 1 - P = 0 (h_0 = 1), P_1 = 0; tau = 1 and the residual max(P_0 p_1 - q_1, 0) is empty.
+    den = _requests([[[0, 0, 0], [0, -1e4, -1e4], [0, 0, 0]]], [[1, 2]],
+                    draft_rows=[[[0, 0, 0], [0, -300, -300]]], verification="block")
+    assert {be.BLOCK_DEN, be.BLOCK_SATURATED, be.BLOCK_COLLAPSED, be.BLOCK_EMPTY, be.BLOCK_MODEL} <= decision_knobs(den)
+    assert be.BLOCK_PARTIAL not in decision_knobs(den)  # P_{tau-1} = 1
+    zero = _requests([[[0, -1e4, 0], [0, 0, 0]]], [[1]], draft_rows=[[[0, -1e4, 0]]], verification="block")
+    assert be.BLOCK_ZERO_ZERO in decision_knobs(zero) and stochastic_decisions(zero) == 0
+    # One-hot drafts: h_0 = P_0 x / (P_0 x + 1 - P_0) with x = 1 - p_1(d_1), h_1 = P_0 p_1(d_1).
+    rows = [[[0, 0], [np.log(9), 0], [0, 0]]]  # P_0 = 0.5, p_1(d_1) = 0.9: h_0 = 0.09, h_1 = 0.45
+    rescue = _requests(rows, [[0, 0]], verification="block", start=_start_where(lambda a, b: a > 0.5 and b < 0.2))
+    assert {be.BLOCK_RESCUED, be.BLOCK_BONUS, be.BLOCK_ONE_HOT, be.BLOCK_ONE_HOT_CHAIN} <= decision_knobs(rescue)
+    rows = [[[np.log(9), 0], [0, np.log(9)], [0, 0]]]  # P_0 = 0.9, p_1(d_1) = 0.1: h_0 = 0.89, h_1 = 0.09
+    partial = _requests(rows, [[0, 0]], verification="block", start=_start_where(lambda a, b: a < 0.85 and b > 0.15))
+    assert be.BLOCK_PARTIAL in decision_knobs(partial) and be.BLOCK_RESCUED not in decision_knobs(partial)
+    hot = [[0, -1e4], [0, -1e4], [0, -1e4], [0, 0]]  # p(d) = 1: P = 1, h = 1 up to the padded step
+    padded = _requests([hot, [[0, 0], [0, 0]]], [[0, 0, -1], [0]], temps=[1.0, 0.0], verification="block")
+    assert {be.BLOCK_PADDED, be.BLOCK_PADDED_STEP, be.BLOCK_MIXED} <= decision_knobs(padded)
+    u = float(max(philox.rand(np.int64(0), np.int64(0)), philox.TINY))
+    near = _requests([[[np.log(u * 1.01 / (1 - u * 1.01)), 0], [0, 0]]], [[0]], verification="block")
+    assert be.BLOCK_NEAR in decision_knobs(near) and near_ties(near) == (0, 0)  # h_0 = P_0 = 1.01 u
+    token = _requests([[[0, 0, 0], [0, 0, 0]]], [[1]], draft_rows=[[[0, 0, 0]]])
+    assert not decision_knobs(token) & set(BLOCK_KNOBS)
+
+
+def test_parameter_labels_read_the_batch():
+    """The sampling-parameter labels (`PARAM_KNOBS`) are right where SPEC 2's answer is known."""
+    from rs_verify.strategies import param_events as pe
+
+    def knobs(rows, drafts, **kw):
+        return decision_knobs(_requests(rows, drafts, **kw)) & set(PARAM_KNOBS)
+
+    one = np.ones(1, np.int32)
+    ties = knobs([[[3, 2, 2, 2, 0]]], [[]], top_k=2 * one)  # t = 2, tied with three tokens: four kept
+    assert {pe.TOP_K_TIES, pe.MASKS["top_k"]} <= ties
+    assert pe.TOP_K_TIES not in knobs([[[3, 2, 1, 0, 0]]], [[]], top_k=2 * one)
+    assert pe.TOP_K_TIES not in knobs([[[3, 3, 1, 0, 0]]], [[]], top_k=2 * one)  # tied, but none beyond k
+    p_t = np.e / (3 * np.e + 2)  # three tied maxima; top_p = 1.5 of their mass keeps the first two (by id)
+    assert pe.TOP_P_TIES in knobs([[[1, 1, 1, 0, 0]]], [[]], top_p=np.float32([1.5 * p_t]))
+    assert pe.MIN_P_ONE in knobs([[[2, 2, 0]]], [[]], min_p=np.float32([1.0]))
+    assert pe.MIN_P_ONE not in knobs([[[2, 1, 0]]], [[]], min_p=np.float32([1.0]))
+    masked = dict(top_k=one)  # the mask keeps token 0 only; the draft proposes token 1
+    assert pe.MASKED_DRAFT in knobs([[[2, 0, 0], [0, 0, 0]]], [[1]], draft_rows=[[[0, 0, 0]]], **masked)
+    assert pe.MASKED_DRAFT_Q0 in knobs([[[2, 0, 0], [0, 0, 0]]], [[1]], draft_rows=[[[0, -1e4, 0]]], **masked)
+    assert pe.MASKED_DRAFT in knobs([[[2, 0, 0], [0, 0, 0]]], [[1]], **masked)  # one-hot: q(d) = 1
+    empties = knobs([[[2, 0, 0], [0, 0, 0]]], [[1]], draft_rows=[[[0, -300, -300]]], **masked)
+    assert pe.MASK_EMPTIES in empties and pe.PARAMS_TIGHT in empties
+    assert pe.MASK_EMPTIES not in knobs([[[2, 0, 0], [0, 0, 0]]], [[1]], draft_rows=[[[0, -300, -300]]])
+    v = 8
+    g = [fx.gumbel_noise(0, start, v) for start in range(64)]
+    start = next(s for s, x in enumerate(g) if np.argmax(x) != 0)
+    flat = [[[1e-3 * (v - x) for x in range(v)]]]  # top_k = 1 keeps token 0; the unmasked winner is argmax G
+    assert pe.BONUS_CHANGED in knobs(flat, [[]], start=start, top_k=one)
+    assert pe.BONUS_CHANGED not in knobs(flat, [[]], start=start, top_k=np.int32([v]))  # k >= V' is off
+    peaked = [[[50.0] + [0.0] * (v - 1)]]  # masked, but token 0 wins either way
+    assert pe.BONUS_CHANGED not in knobs(peaked, [[]], start=start, top_k=one)
+    two = [[[2, 1, 0], [0, 0, 0]], [[2, 1, 0], [0, 0, 0]]]
+    mixed = knobs(two, [[0], [0]], top_k=np.int32([1, 0]), min_p=np.float32([1e-3, 0]), top_p=np.float32([0.9, 1]))
+    assert {pe.PARAMS_MIXED, pe.ALL_THREE} <= mixed and pe.PARAMS_GREEDY not in mixed
+    assert pe.PARAMS_GREEDY in knobs(two, [[0], [0]], temps=[0.0, 1.0], top_k=np.int32([1, 0]))
+    assert pe.PARAMS_BLOCK in knobs(two, [[0], [0]], top_k=np.int32([1, 1]), verification="block")
+    logprobs = knobs(two, [[0], [0]], top_k=np.int32([1, 1]), num_logprobs=1, logprobs_mode="processed")
+    assert pe.PARAMS_LOGPROBS in logprobs and pe.PARAMS_VD not in logprobs
+    assert pe.PARAMS_LOOSE in knobs([[[3, 2, 1, 0]]], [[]], top_k=np.int32([3]))
+    assert pe.PARAMS_VD in knobs([[[2, 1, 0, 5], [2, 1, 0, 5]]], [[0]], draft_rows=[[[0, 0, 0]]], top_k=one)
+    assert knobs(two, [[0], [0]]) == set()
+
+
 @settings(FAST, max_examples=150)
 @given(decision_batches())
 def test_decision_batches_validate(batch):
@@ -177,6 +315,30 @@ def test_decision_batches_validate(batch):
 def test_ci_sized_decision_batches_validate(batch):
     validate(batch)
     assert batch.vocab_size <= 300
+
+
+@settings(FAST, max_examples=60)
+@given(decision_batches(**TRITON_DECLARED))
+def test_decision_batches_with_block_and_parameters_validate(batch):
+    validate(batch)
+
+
+def test_block_batches_reach_eight_drafts():
+    """K up to 8: with `max_spec_steps = 8` (the default; the gpu and nightly profiles) block batches
+    verify eight drafts within 40 examples (the ci and dev profiles cap K at 4)."""
+    batches = _sweep(decision_batches(max_vocab=300, **TRITON_DECLARED), "block-k8")
+    assert any(b.verification == "block" and b.num_speculative_steps == 8 and (b.num_draft_tokens == 8).any()
+               for b in batches), sorted({(b.verification, b.num_speculative_steps) for b in batches})
+
+
+def test_default_knobs_draw_what_a_sampler_declaring_nothing_supports():
+    """The defaults are token-wise verification and no sampling parameters, and spelling them out
+    draws the same batches (the engine passes a sampler's declarations explicitly)."""
+    implicit = _sweep(decision_batches(**CI_KWARGS), "defaults", 20)
+    explicit = _sweep(decision_batches(**CI_KWARGS, verifications=("token",), sampling_params=()), "defaults", 20)
+    for a, b in zip(implicit, explicit, strict=True):
+        assert a.verification == "token" and a.sampling_params_on() == () and a.top_k is a.top_p is a.min_p is None
+        assert np.array_equal(a.target_logits, b.target_logits) and np.array_equal(a.draft_token_ids, b.draft_token_ids)
 
 
 KNOB_CASES = [
@@ -191,6 +353,10 @@ KNOB_CASES = [
     (dict(min_reqs=2, max_reqs=3, min_drafts=2, max_spec_steps=3),
      lambda b: 2 <= b.num_reqs <= 3 and (b.num_draft_tokens >= 2).all()),
     (dict(max_extra_states=0), lambda b: b.num_states == b.num_reqs),
+    (dict(verifications=("block",)), lambda b: b.verification == "block"),
+    (dict(verifications=("token", "block"), sampling_params=("top_p",)),
+     lambda b: b.top_k is None and b.min_p is None and set(b.sampling_params_on()) <= {"top_p"}),
+    (dict(sampling_params=("min_p", "top_k")), lambda b: b.top_p is None and b.verification == "token"),
 ]
 
 
@@ -206,14 +372,19 @@ def test_decision_knobs_restrict_draws(kwargs, holds):
 
 
 @pytest.mark.parametrize("kwargs", [dict(block_sizes=()), dict(block_sizes=[0]), dict(saturated="yes"),
-                                    dict(min_reqs=3, max_reqs=2), dict(patterns=("zigzag",)), dict(seeds=5)], ids=repr)
+                                    dict(min_reqs=3, max_reqs=2), dict(patterns=("zigzag",)), dict(seeds=5),
+                                    dict(verifications=("tree",)), dict(verifications=()),
+                                    dict(sampling_params=("top_q",)), dict(sampling_params="top_k")], ids=repr)
 def test_bad_decision_knobs_raise_eagerly(kwargs):
     with pytest.raises(InvalidArgument):
         decision_batches(**kwargs)
 
 
-def test_decision_batches_shrink_to_a_minimal_batch():
-    b = find(decision_batches(), lambda b: b.num_reqs >= 2, settings=settings(FAST, max_examples=200),
+@pytest.mark.parametrize("declared", [{}, TRITON_DECLARED], ids=["declaring nothing", "Triton declarations"])
+def test_decision_batches_shrink_to_a_minimal_batch(declared):
+    """The structure shrinks to a minimal batch whatever is allowed (block verification and the
+    parameters' recipes are content draws: a block or parameter failure shrinks its structure)."""
+    b = find(decision_batches(**declared), lambda b: b.num_reqs >= 2, settings=settings(FAST, max_examples=200),
              random=Random(0))
     assert b.num_reqs == 2 and b.num_speculative_steps == 1 and b.vocab_size == 2, b.summary()
     assert b.logits_dtype == "float32" and b.num_logprobs is None, b.summary()

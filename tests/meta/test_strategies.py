@@ -3,7 +3,7 @@
 Reachability runs one derandomized sweep and falls back to `hypothesis.find`
 for whatever the sweep missed, so a feature that exists is always found and a
 feature the strategy cannot produce fails with its name. The decision-rich
-strategy is held to more: every knob within the ci budget (tests/meta/test_decisions.py).
+strategy is held to more: every knob within the ci budget (tests/meta/test_decision_strategies.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from rs_verify.strategies import (
     DTYPE_MAX,
     EXPECTED_FIELD,
     INVALID_CLASSES,
+    PARAM_CLASS_NEEDS,
     chunk_caps,
+    classes_for,
     invalid_batches,
     cap_candidates,
     cap_kind,
@@ -218,6 +220,9 @@ KNOB_CASES = [
     (dict(vocab_sizes=[7, 9]), lambda b: b.vocab_size in (7, 9)),
     (dict(patterns=("tied",), vocab_sizes=[8]), _every_row_tied),
     (dict(seeds=st.just(5), positions=st.just(2**32 - 1)), lambda b: (_ref_seeds(b) == 5).all() and (b.pos[b.cu_num_logits[:-1]] == 2**32 - 1).all()),
+    (dict(), lambda b: b.verification == "token" and b.top_k is None and b.top_p is None and b.min_p is None),
+    (dict(verifications=("block",)), lambda b: b.verification == "block"),
+    (dict(sampling_params=("top_k",)), lambda b: b.top_p is None and b.min_p is None),
 ]
 
 
@@ -249,6 +254,10 @@ def test_knobs_restrict_draws(kwargs, holds):
         dict(masks="yes"),
         dict(max_logprobs=-1),
         dict(seeds=5),
+        dict(verifications=("tree",)),
+        dict(verifications="token"),
+        dict(sampling_params=("top_q",)),
+        dict(sampling_params="min_p"),
     ],
     ids=repr,
 )
@@ -269,6 +278,34 @@ def test_bad_invalid_classes_raise_eagerly():
 def test_every_batch_feature_is_reachable(strategy, ruled_out):
     features = {k: v for k, v in BATCH_FEATURES.items() if k not in ruled_out}
     _assert_reachable(strategy, features, sweep=300, fallback=3000)
+
+
+SAMPLING_FEATURES = {
+    "block verification": lambda b: b.verification == "block" and b.num_reqs >= 1,
+    "top_k on": lambda b: "top_k" in b.sampling_params_on(),
+    "top_p on": lambda b: "top_p" in b.sampling_params_on(),
+    "min_p on": lambda b: "min_p" in b.sampling_params_on(),
+    "min_p = 1": lambda b: "min_p" in b.sampling_params_on() and (b.min_p[b.idx_mapping] == 1).any(),
+    "parameter all off (array)": lambda b: any(getattr(b, n) is not None and n not in b.sampling_params_on()
+                                               for n in ("top_k", "top_p", "min_p")),
+    "parameters off and on in one batch": lambda b: b.top_k is not None and b.num_reqs >= 2
+    and len(set((b.top_k[b.idx_mapping] > 0).tolist())) == 2,
+    "all three on for one state": lambda b: all(getattr(b, n) is not None for n in ("top_k", "top_p", "min_p"))
+    and ((b.top_k[b.idx_mapping] > 0) & (b.top_p[b.idx_mapping] < 1) & (b.min_p[b.idx_mapping] > 0)).any(),
+}
+
+
+def test_spec_batches_with_block_and_parameters():
+    """spec_batches with every method and parameter allowed: valid batches, and each of them drawn."""
+    strategy = spec_batches(verifications=("token", "block"), sampling_params=("min_p", "top_k", "top_p"))
+
+    @settings(FAST, max_examples=40)
+    @given(strategy)
+    def check(batch):
+        validate(batch)
+
+    check()
+    _assert_reachable(strategy, SAMPLING_FEATURES, sweep=100, fallback=1000)
 
 
 def test_shrinks_to_a_minimal_batch():
@@ -360,6 +397,21 @@ def test_invalid_classes_cover_spec_section_9():
     assert fields == {
         "target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping",
         "temperature", "seeds", "logits_dtype", "logprobs_mode", "num_logprobs",
+        "top_k", "top_p", "min_p", "verification",
     }
-    for f in ("target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping", "temperature", "seeds"):
+    for f in ("target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping", "temperature",
+              "seeds", "top_k", "top_p", "min_p"):
         assert f"dtype:{f}" in INVALID_CLASSES and f"shape:{f}" in INVALID_CLASSES
+    for c in ("top_k_negative", "top_p_out_of_range", "top_p_not_finite", "min_p_out_of_range", "min_p_nan",
+              "unknown_verification"):
+        assert c in INVALID_CLASSES
+
+
+def test_invalid_classes_for_declared_parameters():
+    """A sampler is never sent a parameter it does not declare (SPEC 10): `classes_for` keeps the
+    other classes, the unknown verification method included (every sampler must reject it)."""
+    assert classes_for() == INVALID_CLASSES
+    none = set(classes_for(()))
+    assert set(INVALID_CLASSES) - none == set(PARAM_CLASS_NEEDS) and "unknown_verification" in none
+    assert {c for c in classes_for(("top_p",)) if c in PARAM_CLASS_NEEDS} == {
+        c for c, name in PARAM_CLASS_NEEDS.items() if name == "top_p"}
