@@ -175,10 +175,10 @@ def _stochastic_compared(trace, last_step: int, greedy: bool) -> int:
 
 def mask_near_ties(trace, last_step: int, eps: float) -> list:
     """The mask decisions of the trace, on steps up to `last_step`, that a float32 sampler may decide
-    the other way (`|margin| <= eps * L`; a top-k tie, margin 0, is kept and never excused), the
-    closest first."""
+    the other way (`|margin| <= eps * L`), the closest first. An exact tie of min-p or top-k (margin 0:
+    a token equal to `t`, or to the maximum at `min_p = 1`) is kept, in any precision: never excused."""
     near = [d for d in trace.decisions if d.kind == "mask" and d.step <= last_step
-            and abs(d.margin) <= eps * d.scale and not (d.margin == 0 and getattr(d, "what", "") == "top_k")]
+            and abs(d.margin) <= eps * d.scale and not (d.margin == 0 and getattr(d, "what", "") != "top_p")]
     return sorted(near, key=lambda d: abs(d.margin) / d.scale)
 
 

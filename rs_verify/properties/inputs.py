@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from rs_verify.strategies import DEFAULT_BLOCK_SIZES, INVALID_CLASSES, chunk_caps, decision_batches, invalid_batches
+from rs_verify.strategies import DEFAULT_BLOCK_SIZES, chunk_caps, decision_batches, invalid_batches
+from rs_verify.strategies.invalid import classes_for
 
 
 def block_sizes(ctx) -> tuple[int, ...]:
@@ -49,14 +50,20 @@ def batch_and_cap(ctx):
     return decision_rich(ctx).flatmap(lambda b: st.tuples(st.just(b), chunk_caps(b)))
 
 
+def _classes(ctx) -> tuple[str, ...]:
+    """The SPEC section 9 defect classes the sampler may be sent: none with a sampling parameter it
+    does not declare (SPEC section 10)."""
+    return classes_for(ctx.record.sampling_params if ctx.record is not None else ())
+
+
 def invalid(ctx):
     """A (batch, field) pair: a batch with one SPEC section 9 defect, its class drawn uniformly."""
-    return st.sampled_from(INVALID_CLASSES).flatmap(lambda c: invalid_batches(classes=[c]))
+    return st.sampled_from(_classes(ctx)).flatmap(lambda c: invalid_batches(classes=[c]))
 
 
 def invalid_of_every_class(ctx):
     """One (batch, field) pair of every SPEC section 9 defect class, so each example covers them all."""
-    return st.tuples(*(invalid_batches(classes=[c]) for c in INVALID_CLASSES))
+    return st.tuples(*(invalid_batches(classes=[c]) for c in _classes(ctx)))
 
 
 def certifiable_batches(ctx):
