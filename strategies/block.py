@@ -47,6 +47,9 @@ FAR_DELTA = (0.05, 1.0)  # |log h - log u| of the rescue and partial patterns: r
 BLOCK_SHARE, SHORT_BLOCK_SHARE = 0.6, 0.25  # block batches among draws with and without a request of 2+ drafts
 GREEDY_MIX, NEAR_SHARE, DEN_ZERO_SHARE, ZERO_ZERO_SHARE, REACH_PAD_SHARE = 0.4, 0.9, 0.8, 0.9, 0.5
 BISECT_STEPS = 60
+# Partial blocks whose stopping step's residual is made P-sensitive (`_scaled_residual_row`), and the
+# range of q / p there on most tokens: above the prefix ratios in [0.5, 1) the partial pattern picks.
+SCALED_RESIDUAL_SHARE, SCALED_G = 0.6, (0.85, 0.97)
 PATTERN_WEIGHTS = (0.1, 0.45, 0.45)  # near, rescue, partial (the last two need two live steps)
 
 
@@ -287,11 +290,39 @@ def _prepare(rng, c: Contents, r: int, b: int, rescue: bool) -> None:
         if np.isfinite(logit):
             c.put(c.lo(r) + b, d, c.raw(r, logit))
         return
+    if not rescue and rng.random() < SCALED_RESIDUAL_SHARE and _scaled_residual_row(rng, c, r, b, p[b], d):
+        return
     prob = float(p[b, d]) * rng.uniform(0.01, 0.1) if rescue else rng.uniform(0.5, 0.9)
     zq = c.draft[int(c.idx[r]), b, : c.v] / np.float32(c.temps[r])
     logit = _logit_for(prob, zq, np.isfinite(zq), d) if 0 < prob < 1 else np.nan
     if np.isfinite(logit):
         c.put_draft(r, b, d, c.raw(r, logit))
+
+
+def _scaled_residual_row(rng, c: Contents, r: int, b: int, p_row, d: int) -> bool:
+    """The draft row of a partial block's stopping step `b` made so that its residual
+    `max(P p - q, 0)` (SPEC 4b, `P = P_{b-1} < 1`) differs from the token-wise `max(p - q, 0)` where
+    it matters: `q = g p` on most tokens (`g` in `SCALED_G`, above the prefix `P` the pattern aims
+    for), so they carry mass of the token-wise residual only, `q = 0.3 p` on a few, which carry the
+    scaled residual, and the draft itself takes the rest (`q(d) > p(d)`: the step rejects).
+    A sampler that drops `P` then emits tokens outside the scaled residual's support. False when
+    the row has too few kept tokens."""
+    kept = np.flatnonzero(p_row > 0)
+    others = kept[kept != d]
+    if others.size < 3 or p_row[d] <= 0:
+        return False
+    few = rng.choice(others, size=max(1, others.size // 5), replace=False)
+    scale = np.where(np.isin(np.arange(p_row.size), few), 0.3, rng.uniform(*SCALED_G))
+    q = np.where(p_row > 0, scale * p_row, 0.0)
+    q[d] = 0.0
+    q[d] = 1.0 - q.sum()
+    if q[d] <= p_row[d]:
+        return False
+    zero = p_row == 0
+    with np.errstate(divide="ignore"):
+        zq = np.log(np.where(zero, 1e-4 * q[d], q))
+    c.put_draft(r, b, slice(0, c.v), c.raw(r, zq))
+    return True
 
 
 def _tune(c: Contents, r: int, i: int, u, delta: float) -> None:
