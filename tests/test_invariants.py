@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from examples.torch_sampler import TorchSampler
+from examples.broken_sampler import ChunkLocalCuSampler
 from rs_verify.engine.runner import make_context, pytest_run, run
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties.invariants import check_output_invariants
@@ -78,17 +78,6 @@ def test_cu_num_generated_tokens_is_the_full_batch_cu(reference):
         check_output_invariants(single, _with_cu(out, [0, 1, 2]))
 
 
-class _ChunkLocalCu(TorchSampler):
-    """Correct tokens and logprobs rows, but the last request's own cu list (a chunk-local cu)."""
-
-    def __call__(self, batch, **kw):
-        out = super().__call__(batch, **kw)
-        cu = out.logprobs.cu_num_generated_tokens if out.logprobs is not None else None
-        if cu is None:
-            return out
-        return _with_cu(out, [c - cu[-2] for c in cu[-2:]])
-
-
 def test_output_invariants_fails_a_chunk_local_cu():
-    res = run(PROPERTIES["output_invariants"], make_context(_ChunkLocalCu(), profile="ci", device="cpu"))
+    res = run(PROPERTIES["output_invariants"], make_context(ChunkLocalCuSampler(), profile="ci", device="cpu"))
     assert res.status == "failed" and "cu_num_generated_tokens" in res.message, res.message
