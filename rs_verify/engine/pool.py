@@ -164,7 +164,7 @@ def run_parallel(names: list[str], setup: Setup, jobs: int) -> Iterator[Outcome]
     replaced while properties are still pending."""
     spawn = multiprocessing.get_context("spawn")
     pending = deque(reversed(by_cost(names)))
-    workers = [_Worker(spawn, setup) for _ in range(max(1, min(jobs, len(pending))))]
+    workers = [_Worker(spawn, setup) for _ in range(min(max(1, jobs), len(pending)))]
     try:
         for w in workers:
             if pending:

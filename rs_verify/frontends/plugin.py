@@ -13,7 +13,8 @@ process per property (`--rs-isolate`, `rs_verify.engine.isolation`): a crash or 
 that item, with the batch, and the session goes on. A failing item writes a failure bundle
 (`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`; the terminal summary lists the
 bundles, the skipped properties with their reasons, the suite's self-checks (which never call
-the sampler) and the passes that rest on the sampler's self-reported figures. Without
+the sampler) and the passes that rest on the sampler's self-reported figures. Properties listed
+in `--rs-xfails FILE` are xfailed while they fail as described (`rs_verify.frontends.xfails`). Without
 `--rs-sampler` / `--rs-gate` the plugin adds nothing and only registers its markers
 (`gpu`, `slow`, `interpreter`, `rs_verify`) and options.
 """
