@@ -161,3 +161,44 @@ def test_fixed_campaigns_send_only_declared_draft_modes(sampler, skipped):
         assert reason is None, (prop.name, reason)
         outcome = run(prop, ctx)
         assert outcome.status == "passed", (prop.name, outcome.failure and outcome.failure.text())
+
+
+DECLARING = '''
+class Declaring:
+    name = "declaring"
+    streams = "spec"
+    supports_chunking = True
+    supports_logprobs = False
+    draft_modes = {"one_hot"}
+    logits_dtypes = {"float32", "bfloat16"}
+    min_spec_steps = 1
+    verification_methods = {"token", "block"}
+    sampling_params = {"top_k"}
+    memory_stats = True
+    block_v = 32
+
+    def unvalidated(self):
+        return self
+
+    def __call__(self, batch, *, max_chunk_logits=None):  # pragma: no cover - never called here
+        raise AssertionError
+'''
+
+
+def test_an_isolated_sampler_is_seen_exactly_as_in_process(tmp_path, monkeypatch):
+    """The child sends its record and nothing else, so every declaration (`block_v` included: the
+    vocabularies the strategies tailor to the sampler's block) crosses the process boundary."""
+    from rs_verify.engine import isolation
+    from rs_verify.harness.samplers import load_sampler
+
+    (tmp_path / "declaring.py").write_text(DECLARING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    here = record_of(load_sampler("declaring:Declaring"))
+    child = isolation.load("declaring:Declaring", "property", device_name="cpu", sys_path=[str(tmp_path)])
+    try:
+        there = record_of(child)
+    finally:
+        child.close()
+    assert there == here.replace(spec="declaring:Declaring") and there.block_v == 32 and there.has_unvalidated
+    assert make_context(child, profile="ci").batch_kwargs == make_context(load_sampler("declaring:Declaring"),
+                                                                          profile="ci").batch_kwargs
