@@ -7,6 +7,9 @@
 - `wrong_bonus_row`: the bonus token (every draft accepted) is drawn with the first row
   of the request (its p and its noise) instead of the last one. The greedy argmax chain,
   the certification and the distribution campaigns (every row has its own p) catch it.
+- `chunk_local_cu`: correct tokens and logprobs rows, but `logprobs.cu_num_generated_tokens`
+  is the last request's own list, as a concatenation that keeps the last part's `cu` gives
+  (SPEC section 6 wants the full batch's `cu_num_logits`). `output_invariants` catches it.
 
 Gate one with:  pytest -p rs_verify --rs-sampler=examples.broken_sampler:BrokenSampler
 """
@@ -15,9 +18,12 @@ from __future__ import annotations
 
 import torch
 
+from rs_verify import LogprobsTensors, SamplerOutput
+
 from .torch_sampler import TorchSampler
 
-__all__ = ["BrokenSampler", "WrongBonusRowSampler", "abs_residual", "wrong_bonus_row"]
+__all__ = ["BrokenSampler", "ChunkLocalCuSampler", "WrongBonusRowSampler", "abs_residual", "chunk_local_cu",
+           "wrong_bonus_row"]
 
 
 class BrokenSampler(TorchSampler):
@@ -38,9 +44,28 @@ class WrongBonusRowSampler(TorchSampler):
         return cu[:-1]
 
 
+class ChunkLocalCuSampler(TorchSampler):
+    """TorchSampler whose logprobs carry the last request's own cu list instead of the batch's."""
+
+    name = "broken-chunk-local-cu"
+
+    def __call__(self, batch, *, max_chunk_logits=None) -> SamplerOutput:
+        out = super().__call__(batch, max_chunk_logits=max_chunk_logits)
+        lp = out.logprobs
+        if lp is None or lp.cu_num_generated_tokens is None:
+            return out
+        cu = lp.cu_num_generated_tokens
+        local = [c - cu[-2] for c in cu[-2:]]  # the last part's own list, rebased
+        return SamplerOutput(out.sampled, out.num_sampled, LogprobsTensors(lp.token_ids, lp.logprobs, lp.ranks, local))
+
+
 def abs_residual(**kwargs) -> BrokenSampler:
     return BrokenSampler(**kwargs)
 
 
 def wrong_bonus_row(**kwargs) -> WrongBonusRowSampler:
     return WrongBonusRowSampler(**kwargs)
+
+
+def chunk_local_cu(**kwargs) -> ChunkLocalCuSampler:
+    return ChunkLocalCuSampler(**kwargs)

@@ -6,6 +6,9 @@ CLI run it in a child process (the default `--rs-isolate property`), so a crash 
 the property that met it and the session goes on.
 
 - `SegfaultSampler`: a null-pointer read (SIGSEGV) on any valid batch that asks for logprobs.
+- `LargeBatchSegfaultSampler`: SIGSEGV on a batch of 16 requests or more (the large-batch repeat
+  of `determinism_large_batch`; the strategies draw at most 6 at the CPU profiles), correct on
+  every other: with `--isolate off` it kills the process that runs that one property.
 - `HangingSampler`: never returns on any valid batch that asks for logprobs.
 - `InPlaceSampler`: divides `target_logits` by the temperature in place, through
   `torch.from_numpy` (the batch's read-only views do not stop torch).
@@ -31,8 +34,8 @@ from rs_verify import SamplerOutput, SpecBatch, validate
 
 from .torch_sampler import TorchSampler
 
-__all__ = ["CudaFaultSampler", "GlobalRngSampler", "HangingSampler", "InPlaceSampler", "SegfaultSampler",
-           "VagueErrorSampler", "numpy_rng", "python_rng", "torch_rng"]
+__all__ = ["CudaFaultSampler", "GlobalRngSampler", "HangingSampler", "InPlaceSampler", "LargeBatchSegfaultSampler",
+           "SegfaultSampler", "VagueErrorSampler", "numpy_rng", "python_rng", "torch_rng"]
 
 
 class SegfaultSampler(TorchSampler):
@@ -44,6 +47,17 @@ class SegfaultSampler(TorchSampler):
         if self.validate:
             validate(batch)
         if batch.num_logprobs is not None:
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+        return super().__call__(batch, max_chunk_logits=max_chunk_logits)
+
+
+class LargeBatchSegfaultSampler(TorchSampler):
+    """Dies of SIGSEGV on a batch of 16 requests or more; correct on smaller ones."""
+
+    name = "misbehaving-large-batch-segfault"
+
+    def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
+        if batch.num_reqs >= 16:
             ctypes.string_at(0)  # reads address 0: SIGSEGV
         return super().__call__(batch, max_chunk_logits=max_chunk_logits)
 

@@ -219,13 +219,34 @@ MUTANTS: list[Mutant] = [
         killers=("chunked_equals_full",),
     ),
     Mutant(
-        "buffer_sized_by_chunk",
-        "Unbounded FP32 copy of the logits: the processed-logits buffer is sized by the largest chunk, not "
-        "capped, so a single request larger than the cap allocates more than max_chunk_logits rows (OOM).",
+        "planner_packs_twice_the_cap",
+        "Chunk planner packing twice the cap into a chunk, the processed-logits buffer holding the whole "
+        "chunk and reported honestly in extras['max_buffer_rows']: the output is correct, the buffer twice "
+        "what SPEC section 7 allows (an OOM at a cap sized to the device).",
         TRITON,
-        {"sampler.py": [("rows = max((min(hi - lo, cap) for _, _, lo, hi in chunks), default=0)",
-                         "rows = max((hi - lo for _, _, lo, hi in chunks), default=0)  # MUTANT: not capped")]},
+        {"sampler.py": [("    for a, b in iter_request_chunks(cu_host, cap):\n",
+                         "    for a, b in iter_request_chunks(cu_host, 2 * cap):  # MUTANT: twice the cap\n"),
+                        ("rows = max((min(hi - lo, cap) for _, _, lo, hi in chunks), default=0)",
+                         "rows = max((hi - lo for _, _, lo, hi in chunks), default=0)  # MUTANT: the chunk's rows"),
+                        ("            for blo in range(lo, hi, cap):\n"
+                         "                bhi = min(blo + cap, hi)\n",
+                         "            for blo in range(lo, hi, max(1, hi - lo)):  # MUTANT: the whole chunk at once\n"
+                         "                bhi = hi\n")]},
         killers=("buffer_within_cap",),
+        note="Only the buffer shows it (chunking never changes the output): buffer_within_cap alone kills it.",
+    ),
+    Mutant(
+        "logprobs_chunk_local_cu",
+        "Concatenated logprobs with a chunk-local cu_num_generated_tokens: the result keeps the last chunk's "
+        "own cu list (LogprobsTensors.cat(parts, parts[-1].cu_num_generated_tokens)) instead of the batch's.",
+        TRITON,
+        {"sampler.py": [("            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]\n",
+                         "            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]\n"
+                         "            last = list(iter_request_chunks(np.asarray(batch.cu_num_logits), cap))[-1][0]\n"
+                         "            cu = [c - cu[last] for c in cu[last:]]  # MUTANT: the last chunk's own cu\n")]},
+        killers=("chunked_equals_full",),
+        note="A call with the default cap is one chunk (its cu is right): the chunked calls of chunked_equals_full "
+             "against the full batch see it; output_invariants checks the same field on unchunked calls.",
     ),
     Mutant(
         "logprobs_at_chunk_offset",
@@ -524,6 +545,17 @@ MUTANTS: list[Mutant] = [
 
 
 EQUIVALENT: list[Mutant] = [
+    Mutant(
+        "buffer_sized_by_chunk",
+        "Processed-logits buffer sized by the largest planned chunk instead of min(chunk, cap): a request "
+        "larger than the cap (a chunk of its own) gets a buffer of its n_r + 1 rows.",
+        TRITON,
+        {"sampler.py": [("rows = max((min(hi - lo, cap) for _, _, lo, hi in chunks), default=0)",
+                         "rows = max((hi - lo for _, _, lo, hi in chunks), default=0)  # MUTANT: not capped")]},
+        note="Equivalent by SPEC section 7: it is the seed's design (a chunk holds at least one whole request, the "
+             "buffer the chunk's rows), at most max(max_chunk_logits, n_r + 1) rows; planner_packs_twice_the_cap "
+             "is the planner bug the bound exists for.",
+    ),
     Mutant(
         "plain_division",
         "`/` instead of tl.div_rn for the processed logits (fp32 division not IEEE-rounded on the GPU).",

@@ -190,3 +190,28 @@ def test_derandomized_failure_lands_in_the_same_bundle_on_every_rerun(tmp_path):
                          sampler_spec="pkg.mod:sampler")
         paths += res.bundles
     assert len(paths) == 2 and paths[0] == paths[1]
+
+
+def test_a_large_batch_is_summarised_briefly_and_bundled_whole(tmp_path):
+    """A 200,000-request campaign batch: its summary and a failure message built from it stay short
+    (a timeout of such a campaign once printed 3.4 MB), while the bundle keeps every request."""
+    from rs_verify.engine.isolation import SamplerTimeout
+
+    big = _batch(200_000, vocab=3, model=False)
+    summary = big.summary()
+    assert len(summary) < 1024 and "R=200000" in summary and "(200000 in all)" in summary, summary
+
+    def times_out(ctx, _drawn):
+        raise SamplerTimeout(f"the sampler did not return within 10 s (verifying a batch ({big.summary()}))",
+                             batch=big)
+
+    def fails(ctx, _drawn):
+        raise PropertyFailure(f"outputs differ at sampled[3]: 1 vs 2 ({big.summary()})", batch=big)
+
+    ctx = runner.make_context(sampler=None, profile="ci", device="cpu")
+    for check in (times_out, fails):
+        out = runner.run(Property(check.__name__, "toy", "toy", check), ctx, bundle_dir=tmp_path)
+        text = out.failure.text()
+        assert len(out.failure.message) < 1024 and len(text) < 4096, (len(text), text[:2000])
+    (path,) = tmp_path.glob("fails-*.npz")  # the timeout of a fixed campaign replays from its seed
+    _same_batch(bundle.load(path).batch, big)

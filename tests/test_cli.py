@@ -43,7 +43,7 @@ def test_check_writes_table_report_and_plots(tmp_path):
     assert "2 passed, 0 failed, 0 skipped" in out.stdout
     doc = json.loads((report / "report.json").read_text())
     assert [r["property"] for r in doc["results"]] == ["closed_forms", "planner"]  # registry order
-    assert doc["summary"] == {"passed": 2, "failed": 0, "skipped": 0}
+    assert doc["summary"] == {"passed": 2, "failed": 0, "skipped": 0, "xfailed": 0}
     assert doc["meta"]["sampler"] == "reference" and doc["meta"]["profile"] == "dev"
     closed = doc["results"][0]
     assert closed["fits"] and all(0.0 <= f["pvalue"] <= 1.0 for f in closed["fits"])

@@ -67,6 +67,61 @@ def test_triton_sampler_without_logprobs_passes_on_cpu_without_device_options(tm
     assert "not exercised" in text and "supports_logprobs = False" in text, text
 
 
+OWN_KERNEL = '''
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from examples.torch_sampler import TorchSampler
+
+
+@triton.jit
+def _scale(x_ptr, o_ptr):
+    r = tl.program_id(0)
+    tl.store(o_ptr + r, tl.load(x_ptr + r) * 1.0)
+
+
+class OwnKernelSampler(TorchSampler):
+    """Launches its own Triton kernel, one program per request, on every call (through the interpreter:
+    minutes for a campaign's 200,000 requests); says nothing about being interpreted."""
+
+    name = "own-kernel"
+    supports_logprobs = False
+
+    def __call__(self, batch, **kw):
+        if batch.num_logprobs is not None:
+            raise ValueError("num_logprobs: this sampler computes no logprobs")
+        t = torch.from_numpy(np.array(batch.temperature, dtype=np.float32)[np.asarray(batch.idx_mapping)])
+        if batch.num_reqs:
+            _scale[(batch.num_reqs,)](t, torch.empty_like(t))
+        return super().__call__(batch, **kw)
+'''
+CAMPAIGNS = ("distribution_model_drafts", "distribution_one_hot_drafts", "distribution_saturated_residuals",
+             "closed_forms")
+
+
+def test_a_third_party_triton_sampler_is_treated_as_interpreted_on_cpu(tmp_path):
+    """A sampler module with its own @triton.jit kernel, no `interpreted` declaration, gated with no
+    device option on a CPU machine: the suite runs its kernel through the interpreter, so it skips
+    the 200,000-request campaigns with that reason (instead of timing out in each) and says so."""
+    (tmp_path / "ownkernel.py").write_text(OWN_KERNEL)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "RS_VERIFY_DEVICE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    # --rs-timeout bounds a regression (a campaign sent to the interpreter) to seconds per campaign.
+    cmd = [sys.executable, "-m", "pytest", "-p", "rs_verify", "--rs-sampler=ownkernel:OwnKernelSampler",
+           "--rs-profile", "ci", "--rs-timeout", "10", "-q", "-p", "no:cacheprovider", "-rs",
+           "-k", " or ".join(CAMPAIGNS) + " or (determinism and not large)"]  # determinism: its kernel runs
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0 and "1 passed, 4 skipped" in text, text
+    assert "SamplerTimeout" not in text and "did not return" not in text, text
+    why = "too slow for a distribution campaign: the suite runs its Triton kernels through the interpreter"
+    for name in CAMPAIGNS:
+        assert f"rs-verify::{name}: {why}" in text, text
+    assert "not exercised" in text and "the distribution campaigns: the suite runs its Triton kernels" in text, text
+
+
 class _ModelOnly(TorchSampler):
     """Takes model drafts only, and says so; a one-hot batch is an error here."""
     name = "model-only"
@@ -106,3 +161,44 @@ def test_fixed_campaigns_send_only_declared_draft_modes(sampler, skipped):
         assert reason is None, (prop.name, reason)
         outcome = run(prop, ctx)
         assert outcome.status == "passed", (prop.name, outcome.failure and outcome.failure.text())
+
+
+DECLARING = '''
+class Declaring:
+    name = "declaring"
+    streams = "spec"
+    supports_chunking = True
+    supports_logprobs = False
+    draft_modes = {"one_hot"}
+    logits_dtypes = {"float32", "bfloat16"}
+    min_spec_steps = 1
+    verification_methods = {"token", "block"}
+    sampling_params = {"top_k"}
+    memory_stats = True
+    block_v = 32
+
+    def unvalidated(self):
+        return self
+
+    def __call__(self, batch, *, max_chunk_logits=None):  # pragma: no cover - never called here
+        raise AssertionError
+'''
+
+
+def test_an_isolated_sampler_is_seen_exactly_as_in_process(tmp_path, monkeypatch):
+    """The child sends its record and nothing else, so every declaration (`block_v` included: the
+    vocabularies the strategies tailor to the sampler's block) crosses the process boundary."""
+    from rs_verify.engine import isolation
+    from rs_verify.harness.samplers import load_sampler
+
+    (tmp_path / "declaring.py").write_text(DECLARING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    here = record_of(load_sampler("declaring:Declaring"))
+    child = isolation.load("declaring:Declaring", "property", device_name="cpu", sys_path=[str(tmp_path)])
+    try:
+        there = record_of(child)
+    finally:
+        child.close()
+    assert there == here.replace(spec="declaring:Declaring") and there.block_v == 32 and there.has_unvalidated
+    assert make_context(child, profile="ci").batch_kwargs == make_context(load_sampler("declaring:Declaring"),
+                                                                          profile="ci").batch_kwargs

@@ -157,3 +157,29 @@ def test_one_module_decides_the_backend():
     setters = [str(p.relative_to(ROOT)) for p in MODULES.values()
                if 'environ["TRITON_INTERPRET"]' in p.read_text() or "environ.setdefault(\"TRITON_INTERPRET\"" in p.read_text()]
     assert setters == ["rs_verify/harness/device.py"], setters
+
+
+def test_only_the_record_reads_a_samplers_declarations():
+    """`rs_verify.harness.record.record_of` is the one reader of a sampler's attributes (SPEC section
+    10): elsewhere a declaration is read from a `SamplerRecord`, never from a sampler (`x.sampler.
+    memory_stats`, `getattr(sampler, "draft_modes", ...)`). The samplers themselves are exempt."""
+    from dataclasses import fields
+
+    from rs_verify.harness.record import SamplerRecord
+
+    declared = {f.name for f in fields(SamplerRecord)} - {"name", "spec", "interpreted_why", "has_unvalidated"}
+    offenders = []
+    for name, path in MODULES.items():
+        if not name.startswith("rs_verify.") or name == "rs_verify.harness.record" \
+                or name.startswith(("rs_verify.triton_sampler", "rs_verify.adapters")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in declared:
+                base = ast.unparse(node.value).lower()
+                if "sampler" in base and "record" not in base:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 \
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in declared:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not offenders, "read through rs_verify.harness.record.record_of instead: " + ", ".join(offenders)

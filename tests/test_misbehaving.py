@@ -281,3 +281,20 @@ def test_after_a_hang_later_calls_wait_less():
     child._longest = 12.0
     assert child.call_limit() == isolation.AFTER_HANG_FACTOR * 12.0
     assert other.call_limit() == isolation.AFTER_HANG_FLOOR  # it has answered no call yet
+
+
+def test_a_dead_worker_fails_only_its_property_and_is_replaced():
+    """`check --jobs`: the sampler, run in the worker itself (`--isolate off`), kills it on one
+    property. That property fails with the signal; on one worker process, the properties still
+    pending run on a fresh worker (a pool marked broken would fail them all)."""
+    from rs_verify.engine import pool
+
+    setup = pool.Setup("examples.misbehaving:LargeBatchSegfaultSampler", None, "cpu", "ci", "off", 60.0)
+    names = ["planner", "greedy_chain", "determinism_large_batch"]  # run most expensive first: the crash first
+    done = {o.name: o for o in pool.run_parallel(names, setup, jobs=1)}
+    assert sorted(done) == sorted(names)
+    dead = done["determinism_large_batch"]
+    assert dead.status == "failed" and dead.failure.kind == "crash", dead.message
+    assert "worker process killed by signal SIGSEGV while running this property" in dead.message, dead.message
+    for name in ("planner", "greedy_chain"):
+        assert done[name].status == "passed", done[name].message

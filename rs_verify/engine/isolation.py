@@ -117,7 +117,8 @@ def _payload(exc: BaseException) -> tuple:
     return kind, type(exc).__name__, str(exc), tb, getattr(exc, "call_report", None)
 
 
-def _death(exitcode: int | None) -> str:
+def death(exitcode: int | None) -> str:
+    """How a process ended, from its exit code: `killed by signal SIGSEGV`, `exited with status 3`."""
     if exitcode is not None and exitcode < 0:
         try:
             return f"killed by signal {signal.Signals(-exitcode).name}"
@@ -197,7 +198,7 @@ class ChildSampler(RemoteSampler):
             self._proc.join(5)
             code = self._proc.exitcode
             self._stop()
-            raise SamplerCrash(f"the sampler's process {_death(code)} while {what}", batch=batch,
+            raise SamplerCrash(f"the sampler's process {death(code)} while {what}", batch=batch,
                                kwargs=kwargs) from None
 
     @property
@@ -243,7 +244,7 @@ class ChildSampler(RemoteSampler):
             self._proc.join(5)
             code = self._proc.exitcode
             self._stop()
-            raise SamplerCrash(f"the sampler's process {_death(code)} before the call", batch=batch,
+            raise SamplerCrash(f"the sampler's process {death(code)} before the call", batch=batch,
                                kwargs=kwargs) from None
         limit, sent = self.call_limit(), time.monotonic()
         if limit < self.timeout:

@@ -1,19 +1,29 @@
 """Whole properties in parallel worker processes (`rs-verify check --jobs N`).
 
 Hypothesis runs one test at a time per process, so the unit of parallel work is a property:
-each worker is a spawned process that makes the suite's backend choice, loads the profile,
-the example database, the sampler (isolated as asked: its own child per property) and the
-reference once, then runs whole properties and returns their `Outcome` records. Work is
-handed out most expensive first (the registry's cost order, reversed), which keeps the
-workers busy until the end; outcomes arrive in completion order.
+each worker is a long-lived spawned process that makes the suite's backend choice, loads the
+profile, the example database, the sampler (isolated as asked: its own child per property)
+and the reference once, then runs whole properties, one at a time, and returns their
+`Outcome` records over its pipe. Work is handed out most expensive first (the registry's cost
+order, reversed), which keeps the workers busy until the end; outcomes arrive in completion
+order.
+
+A worker that dies (the sampler run with `--isolate off` segfaults, say, or the kernel kills
+it for memory) fails only the property it was running, with a message naming the death
+(the signal or the exit status), and a fresh worker takes its place; the pending properties
+still run (pytest-xdist's `worker crashed while running ...` and its replacement worker are
+the model). The parent watches every worker's pipe and process sentinel at once
+(`multiprocessing.connection.wait`), so a death is seen as soon as it happens.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import pickle
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import traceback
+from collections import deque
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from typing import Iterator
 
 from hypothesis import settings
@@ -21,7 +31,7 @@ from hypothesis import settings
 from ..properties.registry import PROPERTIES, by_cost
 from ..harness import device
 from . import database, isolation, profiles, runner
-from .records import ERROR, Failure, Outcome
+from .records import CRASH, ERROR, Failure, Outcome
 from ..harness.samplers import load_sampler
 
 
@@ -78,16 +88,120 @@ def portable(outcome: Outcome) -> Outcome:
     return outcome
 
 
+def _worker(conn, setup: Setup) -> None:
+    """A worker's life: set up once, then run the properties named on `conn` until told to stop."""
+    try:
+        _start(setup)
+        ready = ("ready", "")
+    except BaseException as exc:  # noqa: BLE001 - every property this worker is given fails with it
+        ready = ("setup-error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    conn.send(ready)  # then one ("done", Outcome) per property
+    while True:
+        try:
+            name = conn.recv()
+        except (EOFError, OSError):
+            return
+        if name is None:
+            return
+        if ready[0] != "ready":
+            conn.send(("done", _failed(name, setup, f"the worker process could not set up: {ready[1]}")))
+            continue
+        try:
+            out = _run(name)
+        except BaseException as exc:  # noqa: BLE001 - the runner records failures; this is the suite's own error
+            out = _failed(name, setup, f"{type(exc).__name__} in the worker process: {exc}\n{traceback.format_exc()}")
+        conn.send(("done", out))
+
+
+def _failed(name: str, setup: Setup, message: str) -> Outcome:
+    return Outcome(name, "failed", failure=Failure(property=name, sampler=setup.sampler_spec, kind=ERROR,
+                                                   replayable=False, message=message))
+
+
+class _Worker:
+    """One spawned worker process, its end of the pipe and the property it is running (or None)."""
+
+    def __init__(self, ctx, setup: Setup):
+        self.conn, child = ctx.Pipe()
+        # Not a daemon: it starts the sampler's child processes. It ends when told to, when killed by
+        # `stop`, or when its pipe closes (the parent is gone).
+        self.proc = ctx.Process(target=_worker, args=(child, setup))
+        self.proc.start()
+        child.close()
+        self.task: str | None = None
+        self.ready = False  # its set-up message has arrived
+
+    def assign(self, name: str) -> None:
+        self.task = name
+        try:
+            self.conn.send(name)  # queued in the pipe until the worker has set up
+        except OSError:  # it died already: its sentinel reports it, and the task fails with the death
+            pass
+
+    def receive(self):
+        """The worker's next message, or None when its pipe is closed (the process died)."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        self.conn.close()
+
+
 def run_parallel(names: list[str], setup: Setup, jobs: int) -> Iterator[Outcome]:
-    """Run the properties `names` on `jobs` worker processes; yield each Outcome when it is done."""
+    """Run the properties `names` on `jobs` worker processes; yield each Outcome when it is done.
+
+    A worker that dies fails the property it was running (CRASH, with the signal) and is
+    replaced while properties are still pending."""
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=spawn, initializer=_start, initargs=(setup,)) as pool:
-        pending = {pool.submit(_run, name): name for name in reversed(by_cost(names))}
-        for done in as_completed(pending):
-            try:
-                yield done.result()
-            except Exception as exc:  # noqa: BLE001 - a worker that died fails its property, not the run
-                name = pending[done]
-                yield Outcome(name, "failed", failure=Failure(
-                    property=name, sampler=setup.sampler_spec, kind=ERROR, replayable=False,
-                    message=f"{type(exc).__name__}: the worker process running this property failed: {exc}"))
+    pending = deque(reversed(by_cost(names)))
+    workers = [_Worker(spawn, setup) for _ in range(min(max(1, jobs), len(pending)))]
+    try:
+        for w in workers:
+            if pending:
+                w.assign(pending.popleft())
+        while any(w.task is not None for w in workers):
+            busy = [w for w in workers if w.task is not None]
+            ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
+            for w in busy:
+                if w.conn not in ready and w.proc.sentinel not in ready:
+                    continue
+                message = w.receive() if w.conn.poll() or not w.proc.is_alive() else ("idle", "")
+                if message is None:  # the pipe closed: the worker died running its task
+                    name, w.task = w.task, None
+                    yield _died(name, setup, w)
+                    w.stop()
+                    workers.remove(w)
+                    if pending:  # a fresh worker takes its place
+                        workers.append(_Worker(spawn, setup))
+                        workers[-1].assign(pending.popleft())
+                elif message[0] == "done":
+                    w.task = None
+                    yield message[1]
+                    if pending:
+                        w.assign(pending.popleft())
+                elif message[0] in ("ready", "setup-error"):
+                    w.ready = True
+    finally:
+        for w in workers:
+            w.stop()
+
+
+def _died(name: str, setup: Setup, worker: _Worker) -> Outcome:
+    worker.proc.join(5)
+    what = "while running this property" if worker.ready else "while setting up (loading the sampler)"
+    return Outcome(name, "failed", failure=Failure(
+        property=name, sampler=setup.sampler_spec, kind=CRASH, replayable=False,
+        message=f"WorkerCrash: the worker process {isolation.death(worker.proc.exitcode)} {what} (rs-verify check "
+                f"--jobs); a fresh worker took its place for the pending properties" + (
+                    ". With --isolate off the sampler runs in the worker itself: --isolate property keeps a crash "
+                    "of the sampler in a child of its own and records its batch" if setup.isolate == "off" else "")))

@@ -21,6 +21,11 @@ SHARED = {
     "redis": dict(default=None, metavar="URL",
                   help="share Hypothesis failures through Redis (redis://host:port/db); default "
                        "$RS_VERIFY_REDIS_URL; the local directory database is still written"),
+    "xfails": dict(default=None, metavar="FILE",
+                   help="expected failures: one 'PROPERTY REASON... [match: REGEX]' per line ('#' comments); a "
+                        "listed property that fails (its message matching REGEX) is an expected failure (xfail), "
+                        "one that passes a strict failure (XPASS(strict)), one that fails differently an ordinary "
+                        "failure; an unknown property or a malformed line is a usage error"),
     "baseline": dict(default=None, metavar="SPEC",
                      help="gate the sampler against a baseline version: module:attribute, a built-in name, or "
                           "git:<rev>[:module:attribute] (that revision of this repository, in a temporary git "

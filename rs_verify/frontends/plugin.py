@@ -13,7 +13,8 @@ process per property (`--rs-isolate`, `rs_verify.engine.isolation`): a crash or 
 that item, with the batch, and the session goes on. A failing item writes a failure bundle
 (`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`; the terminal summary lists the
 bundles, the skipped properties with their reasons, the suite's self-checks (which never call
-the sampler) and the passes that rest on the sampler's self-reported figures. Without
+the sampler) and the passes that rest on the sampler's self-reported figures. Properties listed
+in `--rs-xfails FILE` are xfailed while they fail as described (`rs_verify.frontends.xfails`). Without
 `--rs-sampler` / `--rs-gate` the plugin adds nothing and only registers its markers
 (`gpu`, `slow`, `interpreter`, `rs_verify`) and options.
 """
@@ -27,7 +28,7 @@ import pytest
 
 from ..harness import device as devices
 from ..engine.defaults import DEFAULT_BUNDLE_DIR, PROFILE_NAMES
-from . import baseline_gate, options
+from . import baseline_gate, options, xfails
 
 # Loading the plugin must stay light (pytest loads it in every session of an environment where
 # rs-verify is installed): the engine and the properties (numpy, scipy, hypothesis) are imported
@@ -69,7 +70,7 @@ def pytest_addoption(parser):
     options.add(group.addoption, options.ISOLATION, prefix="rs-")
     group.addoption("--rs-bundle-dir", default=DEFAULT_BUNDLE_DIR, metavar="DIR",
                     help=f"where failure bundles are written (default {DEFAULT_BUNDLE_DIR})")
-    options.add(group.addoption, ("redis",), prefix="rs-")
+    options.add(group.addoption, ("redis", "xfails"), prefix="rs-")
     baseline_gate.add_options(group)
 
 
@@ -115,6 +116,8 @@ class Gate:
         self.isolate = opt("--rs-isolate")
         self.timeout = opt("--rs-timeout")
         self.redis = opt("--rs-redis") or os.environ.get("RS_VERIFY_REDIS_URL") or None
+        self.xfails_path = opt("--rs-xfails")
+        self.xfails: dict = {}  # property -> xfails.Expected, read in pytest_configure
         self._loaded: dict = {}
 
     def _load(self, spec: str, what: str, isolate: str = "off"):
@@ -182,6 +185,13 @@ def pytest_configure(config):
         # interpreter's NumPy warnings into failures (harness/device.py: quiet_interpreter)
         config.addinivalue_line("filterwarnings", f"ignore::RuntimeWarning:{devices.INTERPRETER_MODULE}")
     baseline_gate.configure(config, gate)
+    if gate.xfails_path:
+        from ..properties import PROPERTIES  # lazy: see the note at the top
+
+        try:
+            gate.xfails = xfails.load(gate.xfails_path, PROPERTIES)
+        except xfails.XfailsError as exc:
+            pytest.exit(f"rs-verify: {exc}", returncode=2)
     if gate.profile:
         from ..engine import profiles  # lazy: see the note at the top
 
@@ -249,6 +259,9 @@ class PropertyItem(pytest.Item):
         if outcome.status == "skipped":
             # Reported at the item (rs-verify::<property>), not at this line of the plugin.
             raise pytest.skip.Exception(f"{self.prop_name}: {outcome.reason}", _use_item_location=True)
+        outcome = xfails.judge(outcome, gate.xfails.get(self.prop_name), sampler=gate.sampler_spec)
+        if outcome.status == "xfail":  # pytest's xfailed outcome; the bundle was written all the same
+            pytest.xfail(f"{outcome.reason} (fails as expected: {outcome.failure.headline(200)})")
         if outcome.self_check:
             self.user_properties.append((SELF_CHECK_PROPERTY, True))
         if outcome.stats.get("self_reported"):

@@ -1,4 +1,4 @@
-"""Output invariants (SPEC sections 4 and 5) and the greedy argmax chain."""
+"""Output invariants (SPEC sections 4, 5 and 6's `cu_num_generated_tokens`) and the greedy argmax chain."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def step_facts(batch, r, i, p, q) -> str:
 
 
 def check_output_invariants(batch, out) -> None:
-    """Raise PropertyFailure unless `out` meets every SPEC section 4-5 invariant on `batch`."""
+    """Raise PropertyFailure unless `out` meets every SPEC section 4-5 invariant on `batch` (and section 6's
+    `cu_num_generated_tokens`)."""
     v = batch.effective_vocab_size
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     p = probs.target_probs(batch)
@@ -94,6 +95,28 @@ def check_output_invariants(batch, out) -> None:
         if last < n_r and temps[r] > 0:  # a rejection at step `last`: check the residual
             scale = _block_scale(batch, r, last, p, q) if block else 1.0
             _check_resample(batch, r, last, int(tokens[last]), int(drafts[last]), p, q, scale)
+    check_cu_num_generated_tokens(batch, out)
+
+
+def check_cu_num_generated_tokens(batch, out) -> None:
+    """SPEC section 6: `logprobs.cu_num_generated_tokens` is `cu_num_logits` as a list, or None when N == R
+    (what `LogprobsTensors.cat` keeps across chunks: a chunk's own list is wrong)."""
+    if out.logprobs is None:
+        return
+    got = out.logprobs.cu_num_generated_tokens
+    want = None if batch.num_logits == batch.num_reqs else [int(c) for c in np.asarray(batch.cu_num_logits)]
+    if got is not None:
+        try:
+            got = [int(c) for c in got]
+        except (TypeError, ValueError):
+            got = repr(got)[:80]  # not a list of ints at all
+    if got != want:
+        def head(v):  # bounded: a large batch's list is long
+            return repr(v) if not isinstance(v, list) or len(v) <= 9 else f"[{', '.join(map(str, v[:8]))}, ...]"
+
+        raise PropertyFailure(f"logprobs.cu_num_generated_tokens = {head(got)}, SPEC section 6 wants "
+                              f"{'None (N == R)' if want is None else 'cu_num_logits as a list, ' + head(want)}",
+                              batch=batch)
 
 
 def _check_resample(batch, r, i, token, draft, p, q, scale: float = 1.0) -> None:

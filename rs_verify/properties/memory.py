@@ -1,11 +1,12 @@
-"""Memory properties (SPEC section 7): the processed-logits buffer stays within the cap."""
+"""Memory properties (SPEC section 7): the processed-logits buffer stays within the cap (one request
+larger than the cap is still a chunk of its own), and the peak device memory beside it."""
 
 from __future__ import annotations
-
 
 import numpy as np
 
 from ..spec.batch import SpecBatch
+from ..spec.chunking import iter_request_chunks
 from .assertions import as_declared, call, call_with_report, event
 from .registry import PropertyFailure, register
 from .inputs import batch_and_cap
@@ -14,18 +15,38 @@ from .inputs import batch_and_cap
 SELF_REPORTED = "relies on the sampler's self-reported extras['max_buffer_rows'] (not measured by the suite)"
 
 
+def buffer_bound(batch: SpecBatch, cap: int) -> tuple[int, int | None]:
+    """SPEC section 7's bound on the processed-logits buffer at cap `cap`: `(rows, r)`.
+
+    A planned chunk holds at most `cap` rows unless it is one request larger than the cap (a chunk
+    holds at least one whole request: the seed's design), so the buffer may hold
+    `max(cap, n_r + 1)` rows, `r` the largest such request (None when every chunk fits the cap)."""
+    cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
+    bound, who = cap, None
+    for a, b in iter_request_chunks(cu, cap):
+        rows = int(cu[b] - cu[a])
+        if rows > bound:  # more rows than the cap: a chunk of one request
+            bound, who = rows, a
+    return bound, who
+
+
 @register("buffer_within_cap", "memory", strategy=batch_and_cap, needs=("chunking", "memory_stats"))
 def buffer_within_cap(ctx, drawn) -> None:
-    """The processed-logits buffer never holds more than max_chunk_logits rows (as the sampler reports it)."""
+    """The processed-logits buffer holds at most max(cap, n_r + 1) rows, n_r + 1 only for a request above the cap."""
     batch, cap = drawn
     ctx.stats["self_reported"] = SELF_REPORTED  # shown by the front ends next to the verdict
     out = call(ctx.sampler, batch, max_chunk_logits=cap)
     rows = out.extras.get("max_buffer_rows")
     if rows is None:
         raise PropertyFailure("the sampler reported no extras['max_buffer_rows']", batch=batch)
+    bound, who = buffer_bound(batch, cap)
     event("buffer used" if rows else "no buffer")
-    if rows > cap:
-        raise PropertyFailure(f"processed-logits buffer of {rows} rows exceeds max_chunk_logits = {cap} "
+    if who is not None:
+        event("a request larger than the cap")
+    if rows > bound:
+        why = (f"max(max_chunk_logits = {cap}, n_r + 1 = {bound} rows of request {who}, a chunk of its own)"
+               if who is not None else f"max_chunk_logits = {cap} (every planned chunk fits the cap)")
+        raise PropertyFailure(f"processed-logits buffer of {rows} rows exceeds {why}, SPEC section 7 "
                               f"(as the sampler reports it in extras['max_buffer_rows'])", batch=batch)
 
 

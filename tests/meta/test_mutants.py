@@ -65,7 +65,7 @@ FAST_SUBSET = {
     "planner_drops_last_chunk": ("chunked_equals_full", None),  # equivalence: chunked vs full
     "rng_keyed_by_batch_row": ("batch_invariance", None),  # equivalence: permuted / split / merged batches
     "block_v_from_batch_size": ("batch_invariance", None),  # equivalence: numerics that change with batch size
-    "buffer_sized_by_chunk": ("buffer_within_cap", None),  # memory
+    "planner_packs_twice_the_cap": ("buffer_within_cap", None),  # memory
     "nan_row_emits_vocab_size": ("unvalidated_in_bounds", None),  # bad input
     "argmax_ties_to_highest_index": ("greedy_chain", None),  # invariants: greedy argmax chain
     "draft_id_off_by_one": ("output_invariants", None),  # invariants: accepted prefix
@@ -117,8 +117,8 @@ def test_mutate_command_in_process(tmp_path, capsys):
     assert (again / "mutants.md").read_text() == md  # a recorded run re-renders identically
     capsys.readouterr()
 
-    code = main(["--catalogue", "mutants.catalogue:EQUIVALENT", "--properties", "stream_edges",
-                 "--workers", "0", "--profile", active()])
+    code = main(["--catalogue", "mutants.catalogue:EQUIVALENT", "--only", "plain_division", "--properties",
+                 "stream_edges", "--workers", "0", "--profile", active()])
     out = capsys.readouterr().out
     assert code == 1 and "survivors: plain_division" in out
     assert main(["--only", "no_such_mutant", "--workers", "0"]) == 2
