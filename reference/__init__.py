@@ -8,6 +8,8 @@ Imports only NumPy and the batch contract: never torch, triton or the Triton sam
 Modules, by what they hold:
 - `logits`: processed logits and float64 probabilities (SPEC section 2);
 - `streams`: acceptance uniforms and Gumbel noise from the Philox streams (section 3);
+- `masks`: the sampling-parameter masks of a slab and their near-tie decisions (section 2);
+- `block`: block verification of a slab's stochastic requests (section 4b);
 - `slab`: verification of a slab of whole requests, vectorized (section 4);
 - `logprobs`: top-k logprobs and ranks (section 6);
 - `trace`: decisions with margins and tolerance scales (section 8);
@@ -15,12 +17,14 @@ Modules, by what they hold:
 """
 
 from .logits import draft_probs, log_softmax64, processed_logits, target_probs
+from .masks import MASK_NEAR
 from .sampler import ReferenceSampler
 from .streams import acceptance_uniforms, gumbel_noise
 from .trace import Decision, RequestTrace
 
 __all__ = [
     "Decision",
+    "MASK_NEAR",
     "ReferenceSampler",
     "RequestTrace",
     "acceptance_uniforms",

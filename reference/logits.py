@@ -1,7 +1,9 @@
 """Processed logits and probabilities (SPEC section 2), in the reference's float64.
 
-`z = fp32(x) / T` with IEEE float32 division (skipped for `T` in {0, 1}); `p` and
-`q` are float64 softmaxes of the float32 `z` over `[0, V')`.
+`z = fp32(x) / T` with IEEE float32 division (skipped for `T` in {0, 1}), then the
+sampling-parameter masks (`rs_verify.spec.masks`) on rows of stochastic states with a
+parameter on; `p` and `q` are float64 softmaxes of the float32 `z` over `[0, V')` (`q` is
+never masked).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rs_verify.spec.batch import SpecBatch
+from rs_verify.spec.masks import batch_masks
 
 __all__ = ["draft_probs", "log_softmax64", "processed_logits", "target_probs"]
 
@@ -68,17 +71,22 @@ def log_softmax64(z: np.ndarray) -> np.ndarray:
 
 
 def processed_logits(batch: SpecBatch, *, full_vocab: bool = False) -> np.ndarray:
-    """`z` of every row (SPEC section 2): float32 `[N, V']` (`[N, V]` with `full_vocab`); raw for greedy rows."""
+    """`z` of every row (SPEC section 2), masked: float32 `[N, V']` (`[N, V]` with `full_vocab`: tokens
+    in `[V', V)` divided, never masked); raw for greedy rows."""
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     v = batch.vocab_size if full_vocab else batch.effective_vocab_size
     temp = np.asarray(batch.temperature)[np.repeat(np.asarray(batch.idx_mapping, np.int64), np.diff(cu))]
     x = np.asarray(batch.target_logits)[:, :v]
     with np.errstate(over="ignore"):
-        return np.array(divide(x, temp), dtype=np.float32)
+        z = np.array(divide(x, temp), dtype=np.float32)
+    if batch.sampling_params_on():
+        vp = batch.effective_vocab_size
+        z[:, :vp][~batch_masks(batch, z[:, :vp], margins=False).kept] = -np.inf
+    return z
 
 
 def target_probs(batch: SpecBatch) -> np.ndarray:
-    """`p` of every row over `[0, V')`, float64 `[N, V']` (greedy rows: softmax of the raw logits)."""
+    """`p` of every row over `[0, V')`, float64 `[N, V']` (masked; greedy rows: softmax of the raw logits)."""
     return np.exp(log_softmax64(processed_logits(batch)))
 
 

@@ -1,5 +1,6 @@
 """Logprobs of a slab (SPEC section 6): over the whole vocabulary `[0, V)`, ordered and
-ranked by the float32 logprobs."""
+ranked by the float32 logprobs. Processed mode reads the masked processed logits (SPEC
+section 2: masked tokens at `-inf`; tokens in `[V', V)` are divided by `T` and never masked)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ def slab_logprobs(slab, sampled, num) -> LogprobsTensors:
     k = int(b.num_logprobs)
     if b.logprobs_mode == "processed":
         y = slab.z if slab.vp == slab.b.v else divide(slab.x, slab.row_temp)
+        if slab.masks is not None and y is not slab.z:
+            if y is slab.x:  # no row divided: a view of the batch
+                y = y.copy()
+            y[:, : slab.vp] = slab.z
     else:
         y = slab.x
     lp = log_softmax64(y).astype(np.float32)

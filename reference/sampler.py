@@ -12,8 +12,10 @@ import numpy as np
 
 from rs_verify.spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.spec.chunking import empty_output, iter_request_chunks, verify_chunked
+from rs_verify.spec.masks import state_params
 from rs_verify.spec.validation import check_structure, validate as validate_batch
 
+from .masks import check_flips
 from .slab import Slab, verify_slab
 from .trace import RequestTrace
 
@@ -51,13 +53,20 @@ class ReferenceSampler:
             return self._verify(batch, trace=False)[0]
         return verify_chunked(batch, lambda b: self._verify(b, trace=False)[0], max_chunk_logits)
 
-    def verify_with_trace(self, batch: SpecBatch) -> tuple[SamplerOutput, list[RequestTrace]]:
+    def verify_with_trace(self, batch: SpecBatch, *, flips=None) -> tuple[SamplerOutput, list[RequestTrace]]:
         """The output and one `RequestTrace` per request, with every decision's margin and
-        tolerance scale (SPEC section 8; see `reference.trace.Decision`)."""
-        (validate_batch if self.validate else check_structure)(batch)
-        return self._verify(batch, trace=True)
+        tolerance scale (SPEC section 8; see `reference.trace.Decision`).
 
-    def _verify(self, batch: SpecBatch, trace: bool):
+        `flips`: `{row j: token ids}`, tokens whose final sampling-parameter mask membership (after
+        all three parameters) is inverted in row `j`: the output had a production sampler decided
+        those near-ties the other way. Rows must have a mask (a stochastic state with a parameter
+        on) and keep a finite logit; tokens lie in `[0, V')` (`ValueError` otherwise). The trace's
+        mask decisions stay the reference's own; everything downstream sees the flipped masks.
+        """
+        (validate_batch if self.validate else check_structure)(batch)
+        return self._verify(batch, trace=True, flips=check_flips(batch, flips))
+
+    def _verify(self, batch: SpecBatch, trace: bool, flips=None):
         if batch.num_reqs == 0:
             return empty_output(batch), []
         cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
@@ -69,7 +78,7 @@ class ReferenceSampler:
         lp_parts, traces = [], []
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ra, rb in iter_request_chunks(cu, rows_cap):
-                s_sampled, s_num, s_lp, s_traces = verify_slab(Slab(shared, cu, ra, rb, trace))
+                s_sampled, s_num, s_lp, s_traces = verify_slab(Slab(shared, cu, ra, rb, trace, flips))
                 sampled[ra:rb] = s_sampled
                 num[ra:rb] = s_num
                 lp_parts.append(s_lp)
@@ -81,7 +90,9 @@ class ReferenceSampler:
 
 
 class BatchArrays:
-    """The batch's arrays as the slabs read them (draft logits flattened to `[S * K, Vd]` once)."""
+    """The batch's arrays as the slabs read them (draft logits flattened to `[S * K, Vd]` once);
+    `params`: the sampling parameters per state, None when none is on (SPEC section 2); `block`:
+    stochastic requests verify as a block (section 4b)."""
 
     def __init__(self, batch: SpecBatch):
         self.batch = batch
@@ -96,3 +107,6 @@ class BatchArrays:
         self.seeds = np.asarray(batch.seeds)
         dl = batch.draft_logits
         self.draft = None if dl is None else np.asarray(dl).reshape(-1, dl.shape[2])
+        on = batch.sampling_params_on()
+        self.params = state_params(batch, np.arange(batch.num_states)) if on else None
+        self.block = batch.verification == "block"

@@ -1,11 +1,13 @@
-"""Verification of one slab of whole requests, vectorized over rows and requests (SPEC section 4).
+"""Verification of one slab of whole requests, vectorized over rows and requests (SPEC sections 2, 4, 4b).
 
-1. processed logits `z` of the slab (float32, IEEE division by `T`);
+1. processed logits `z` of the slab (float32, IEEE division by `T`), then the
+   sampling-parameter masks of rows with parameters on (`reference.masks`);
 2. every acceptance test at once: `log p_j(d) > log u_j + log q_i(d)` (model
    drafts) or `log p_j(d) > log u_j` (one-hot); greedy `d_i == argmax z`;
-3. each request's first rejection `t_r` by a segmented minimum;
+3. each request's first rejection `t_r` by a segmented minimum; with block
+   verification, stochastic requests take `tau` from `reference.block` instead;
 4. one resample/bonus pass: one row of `V'` Gumbel noises per request,
-   `argmax_x (log r(x) + G_x)`.
+   `argmax_x (log r(x) + G_x)` (a block residual: `max(P_{tau-1} p - q, 0)`).
 
 Residual scores use the unnormalized `log max(p - q, 0)`: a per-row constant
 changes no argmax and no gap. The big temporaries are `Scratch` arrays (reused
@@ -18,8 +20,10 @@ import numpy as np
 
 from rs_verify.spec.scratch import Scratch
 
+from .block import block_decisions, verify_block
 from .logits import divide, row_layout, softmax_parts
 from .logprobs import slab_logprobs
+from .masks import mask_decisions, mask_slab
 from .streams import log_exponential_noise, row_uniforms
 from .trace import slab_traces, token_scale
 
@@ -40,9 +44,10 @@ _RES_R = Scratch("reference resample: residual max(p - q, 0)")
 class Slab:
     """Requests `[ra, rb)` of a batch (`reference.sampler.BatchArrays`), with slab-local layout:
     rows `[lo, hi)`, rebased `cu`, per-row request, step, bonus flag, draft id and temperature,
-    and the processed target logits `z` over `[0, V')`."""
+    and the processed target logits `z` over `[0, V')`, masked (SPEC section 2); `masks`: the
+    masked rows and their masks (None when no row of the slab has a parameter on)."""
 
-    def __init__(self, b, cu: np.ndarray, ra: int, rb: int, trace: bool):
+    def __init__(self, b, cu: np.ndarray, ra: int, rb: int, trace: bool, flips=None):
         self.b, self.trace = b, trace
         self.ra = ra
         self.lo, self.hi = int(cu[ra]), int(cu[rb])
@@ -64,7 +69,14 @@ class Slab:
         self.row_temp = self.temp[self.req]
         # Processed logits over [0, V'), float32 (raw for greedy rows and T == 1).
         self.x = b.x[self.lo : self.hi]
-        self.z = divide(self.x[:, : self.vp], self.row_temp, _Z((self.nrow, self.vp), np.float32))
+        buf = _Z((self.nrow, self.vp), np.float32)
+        self.z = divide(self.x[:, : self.vp], self.row_temp, buf)
+        self.masks = None
+        if b.params is not None:
+            if self.z is not buf:  # no row divided: z is a view of the batch
+                np.copyto(buf, self.z)
+                self.z = buf
+            self.masks = mask_slab(self, self.z, b.params, flips)
 
     def gather(self, rows: np.ndarray, scratch: Scratch) -> np.ndarray:
         """Processed target logits of the given slab rows, float32 `[len, V']` (in `scratch`)."""
@@ -97,26 +109,32 @@ def verify_slab(slab: Slab):
     if g_rows.size:
         argmax[g_rows] = np.argmax(slab.z if g_rows.size == nrow else slab.z[g_rows], axis=1)
 
-    # Every acceptance test at once; the bonus row ends every request.
+    # Every acceptance test at once (token-wise requests); the bonus row ends every request.
+    s_req = np.flatnonzero(~slab.greedy)
+    blk = None
+    if slab.b.block and s_req.size:  # stochastic requests verify as a block (SPEC section 4b)
+        blk = verify_block(slab, s_req, d_safe)
     reject = slab.bonus.copy()
     g_draft = g_rows[draft_row[g_rows]]
     reject[g_draft] = slab.d[g_draft] != argmax[g_draft]
-    s_rows = np.flatnonzero(~greedy_row & draft_row)
+    s_rows = np.flatnonzero(~greedy_row & draft_row) if blk is None else np.zeros(0, np.int64)
     acc = None
     if s_rows.size:
         acc = accept(slab, s_rows, valid[s_rows], d_safe[s_rows])
         reject[s_rows] = ~acc["accepted"]
 
-    # First rejection per request (the bonus row when all were accepted).
+    # First rejection per request (the bonus row when all were accepted); block requests: tau.
     t = np.minimum.reduceat(np.where(reject, slab.step, slab.k1), slab.cu[:-1])
+    if blk is not None:
+        t[s_req] = blk["tau"]
     final_row = slab.cu[:-1] + t
 
     # The token emitted at the final row: greedy argmax, or the resample / bonus.
     tokens = argmax[final_row]
-    s_req = np.flatnonzero(~slab.greedy)
     res = None
     if s_req.size:
-        res = resample(slab, s_req, final_row[s_req], (t == slab.n)[s_req], valid, d_safe)
+        log_scale = None if blk is None or slab.b.draft is None else blk["log_scale"]
+        res = resample(slab, s_req, final_row[s_req], (t == slab.n)[s_req], valid, d_safe, log_scale)
         tokens[s_req] = res["tokens"]
 
     sampled = np.full((nreq, slab.k1), -1, dtype=np.int64)
@@ -126,7 +144,10 @@ def verify_slab(slab: Slab):
     num = (t + 1).astype(np.int32)
 
     lp = slab_logprobs(slab, sampled, num) if slab.b.batch.num_logprobs is not None else None
-    traces = slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req) if slab.trace else []
+    traces = []
+    if slab.trace:
+        block = None if blk is None else {int(r): block_decisions(slab, int(r), blk, i) for i, r in enumerate(s_req)}
+        traces = slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req, mask_decisions(slab), block)
     return sampled, num, lp, traces
 
 
@@ -157,8 +178,11 @@ def accept(slab: Slab, rows, valid, d) -> dict:
     return out
 
 
-def resample(slab: Slab, reqs, rows, bonus, valid, d_safe) -> dict:
+def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> dict:
     """One Gumbel-max pass over the final rows of stochastic requests: `argmax_x (log r(x) + G_x)`.
+
+    `log_scale` (block verification with model drafts): `log P_{tau-1}` per final row; the
+    residual is then `max(P_{tau-1} p - q, 0)`.
 
     In trace mode also: `logp`, `noise` (G) and `scores` per final row; for the rows that
     rejected a real draft (`resid_index` >= 0) the residual's float64 `mass` and, for model
@@ -183,11 +207,14 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe) -> dict:
             eq /= sq[:, None]  # q
             r = np.take(e, rej, axis=0, out=_RES_R(zq.shape, np.float64))
             r /= s[rej, None]  # p
+            if log_scale is not None:
+                r *= np.exp(log_scale[rej])[:, None]  # P p (exact for P = 1)
             r -= eq
             np.maximum(r, 0.0, out=r)
             keep = np.flatnonzero(r.any(axis=1))  # a residual with no positive mass falls back to p
             if slab.trace:
-                out.update(mass=r.sum(axis=1), logq=np.log(eq))
+                out.update(mass=r.sum(axis=1), logq=np.log(eq),
+                           log_scale=None if log_scale is None else log_scale[rej])
             np.log(r, out=r)
             base[rej[keep]] = r[keep]
         else:

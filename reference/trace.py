@@ -1,8 +1,10 @@
 """Decision traces with margins and tolerance scales (SPEC section 8).
 
 `verify_with_trace` reports, per request, every decision the reference took, in
-order: the acceptance tests, then (after a rejected real draft) whether the
-residual had positive mass, then the argmax that emitted the last token
+order: the near-tie sampling-parameter mask decisions of its rows (section 2), then
+the acceptance tests (token-wise) or the block decisions of its verified steps
+(section 4b), then (after a rejected real draft, or a block resample from a residual)
+whether the residual had positive mass, then the argmax that emitted the last token
 (greedy requests: one argmax per emitted token).
 
 Each decision carries the scale `L` of SPEC section 8, computed from the tokens
@@ -13,7 +15,8 @@ argmax (`log q` only where a draft distribution enters the decision, `G` only
 for resamples and bonus tokens; non-finite terms are left out: they belong to
 tokens with probability 0, which are never near a tie). Since the production
 token of an argmax is not known here, an argmax decision reports `L` for every
-candidate (`scales`).
+candidate (`scales`). A block decision's `L` is `max(1, |log u_i|, |log P_i|,
+|log h_i|)`; a mask decision's is that of `rs_verify.spec.masks`.
 """
 
 from __future__ import annotations
@@ -32,26 +35,35 @@ class Decision:
     """One decision of the reference, with its margin and tolerance scale.
 
     - `request`: batch index `r`; `step`: `i` (`n_r` for the bonus); `row`: `j = cu[r] + step`.
-    - `kind`: `"accept"` (a stochastic acceptance test), `"residual"` (whether the residual
-      of a rejected real draft has positive mass) or `"argmax"` (a greedy argmax, a
+    - `kind`: `"mask"` (a sampling-parameter mask decision within `MASK_NEAR * L` of its
+      threshold), `"accept"` (a stochastic acceptance test), `"block"` (a block decision
+      `u_i <= h_i`, SPEC section 4b), `"residual"` (whether the residual of a rejected real
+      draft, or of a block resample, has positive mass) or `"argmax"` (a greedy argmax, a
       resample or a bonus).
-    - `token`: the draft id tested (accept, residual) or the winning token (argmax).
-    - `accepted`: accept: the outcome of the test; residual: True when the residual had
-      positive mass (resampled from it), False when it fell back to `p`; argmax: None.
-    - `margin`: accept: `log p(d) - log q(d) - log u` (`log q = 0` for one-hot drafts;
-      `-inf` for padded or out-of-range drafts and whenever `p(d) = 0`); residual: the
-      residual's total mass in float64; argmax: best minus second-best score (`inf` with a
-      single candidate).
+    - `token`: the token masked or kept (mask), the draft id tested (accept, block,
+      residual) or the winning token (argmax).
+    - `accepted`: mask: kept by that parameter; accept: the outcome of the test; block:
+      `u_i <= h_i`; residual: True when the residual had positive mass (resampled from it),
+      False when it fell back to `p`; argmax: None.
+    - `margin`: mask: SPEC section 8's margin (min-p `z_x - (M + log m)`, top-k `z_x - t`,
+      top-p `c - mass before x`; positive: kept, and 0 is kept except by top-p); accept:
+      `log p(d) - log q(d) - log u` (`log q = 0` for one-hot drafts; `-inf` for padded or
+      out-of-range drafts and whenever `p(d) = 0`); block: `log h_i - log u_i`; residual:
+      the residual's total mass in float64; argmax: best minus second-best score (`inf` with
+      a single candidate).
     - `gaps`: float64 `[V']`. argmax: best score minus each candidate's (0 at the winner,
       `inf` where the score is `-inf`). residual: each token's gap under the branch NOT
       taken, i.e. what a sampler that decided the mass the other way would compare: the
       fallback `log p(x) + G_x` when the residual was used; `max(0, log q(x) - log p(x))`
       (how far `x` is from positive residual mass; `inf` where `p(x) = 0` or `x` is the
-      rejected one-hot draft) when it fell back. None for an accept.
+      rejected one-hot draft; a block residual `max(P p - q, 0)` uses `log q - log P - log p`)
+      when it fell back. None for mask, accept and block decisions.
     - `scale`: `L` of the decision when the production agrees: accept: over the draft
-      token; argmax: over the winner; residual: 1 (the mass is compared with `eps` itself).
+      token; argmax: over the winner; residual: 1 (the mass is compared with `eps` itself);
+      block: `max(1, |log u_i|, |log P_i|, |log h_i|)`; mask: `rs_verify.spec.masks`'s.
     - `scales`: argmax and residual: float64 `[V']`, `L` over the branch's best token and
-      each candidate production token `x`. None for an accept.
+      each candidate production token `x`. None for mask, accept and block decisions.
+    - `what`: mask: the parameter, `"min_p"`, `"top_k"` or `"top_p"`; `""` otherwise.
     """
 
     request: int
@@ -64,6 +76,7 @@ class Decision:
     gaps: np.ndarray | None
     scale: float
     scales: np.ndarray | None = None
+    what: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,12 +118,15 @@ def candidate_scales(ts: np.ndarray, best: int) -> np.ndarray:
     return np.maximum(ts, max(1.0, float(ts[best])))
 
 
-def slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req) -> list[RequestTrace]:
+def slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req, masks=None, block=None) -> list[RequestTrace]:
     """One `RequestTrace` per request of a verified slab (a loop over requests: trace mode only).
 
     `acc`: the acceptance results of the stochastic draft rows `s_rows`; `res`: the resample
-    results of the stochastic requests `s_req` (see `reference.slab`).
+    results of the stochastic requests `s_req` (see `reference.slab`); `masks`: the mask decisions
+    per slab-local request; `block`: the block decisions per slab-local request (block
+    verification: they replace the acceptance tests).
     """
+    masks, block = masks or {}, block or {}
     s_index = np.full(slab.nrow, -1, dtype=np.int64)
     s_index[s_rows] = np.arange(s_rows.size)
     r_index = np.full(slab.nreq, -1, dtype=np.int64)
@@ -118,10 +134,13 @@ def slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req) -> list[
     traces = []
     for r in range(slab.nreq):
         tr, base = int(t[r]), int(slab.cu[r])
+        decisions = list(masks.get(r, ()))
         if slab.greedy[r]:
-            decisions = _greedy_decisions(slab, r, tr, argmax)
+            decisions.extend(_greedy_decisions(slab, r, tr, argmax))
+        elif r in block:
+            decisions.extend(block[r])
+            decisions.extend(_final_decisions(slab, r, tr, int(sampled[r, tr]), res, int(r_index[r])))
         else:
-            decisions = []
             for i in range(min(tr + 1, int(slab.n[r]))):
                 j = base + i
                 si = s_index[j]
@@ -164,7 +183,8 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
             alt_scales = candidate_scales(token_scale(logp, g), int(np.argmin(alt_gaps)))
             logq = q_row
         else:  # the other branch: a residual that float32 rounding kept
-            alt_gaps = _distance_to_positive_mass(logp, q_row, draft)
+            log_scale = None if res.get("log_scale") is None else float(res["log_scale"][k])
+            alt_gaps = _distance_to_positive_mass(logp, q_row, draft, log_scale)
             alt_scales = np.maximum(1.0, token_scale(logp, q_row))
         out.append(Decision(req, tr, slab.lo + j, "residual", draft, mass > 0, mass, alt_gaps, 1.0, alt_scales))
     gaps, margin = argmax_stats(res["scores"][ri : ri + 1])
@@ -174,11 +194,13 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
     return out
 
 
-def _distance_to_positive_mass(logp, logq, draft) -> np.ndarray:
-    """Per token, `max(0, log q(x) - log p(x))`: 0 where the residual has mass, `inf` where it never can
-    (`p(x) = 0`, or the rejected one-hot draft itself; `logq` None means one-hot drafts, `q = 0` elsewhere)."""
+def _distance_to_positive_mass(logp, logq, draft, log_scale=None) -> np.ndarray:
+    """Per token, `max(0, log q(x) - log p(x))` (block residual `max(P p - q, 0)`: `log q - log P - log p`,
+    `log_scale = log P`): 0 where the residual has mass, `inf` where it never can (`p(x) = 0`, or the
+    rejected one-hot draft itself; `logq` None means one-hot drafts, `q = 0` elsewhere)."""
     with np.errstate(invalid="ignore"):
-        gap = np.zeros_like(logp) if logq is None else np.maximum(logq - logp, 0.0)
+        shift = logp if not log_scale else logp + log_scale
+        gap = np.zeros_like(logp) if logq is None else np.maximum(logq - shift, 0.0)
     gap[~np.isfinite(logp)] = np.inf
     if logq is None:
         gap[draft] = np.inf

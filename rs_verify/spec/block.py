@@ -14,6 +14,14 @@ probabilities `q_i` (a point mass at `d_i` for one-hot drafts):
   residual `max(P_{tau-1} p_tau - q_tau, 0)` (model drafts, `P_{-1} = 1`) or `p_tau` without
   `d_tau` (one-hot drafts), `p_tau` itself when the residual has no positive mass.
 
+`1 - P_i` and `1 - p(d)` are evaluated as `-expm1(log P_i)` and `-expm1(log p(d))` (accurate when
+`P_i` or `p(d)` is close to 1).
+
+The pieces work on per-step scalars, so a caller with rows in another layout (the reference's
+slabs) computes `log p(d)`, `log q(d)` and `Z` its own way and shares the recurrence
+(`prefix_ratios`), the thresholds (`thresholds`) and `tau` (`BlockResult.tau`);
+`block_quantities` does it all from dense `[R, K + 1, V']` probabilities.
+
 Imports only NumPy. The reference and the strategies' labels use this one implementation of the
 SPEC's formulas; production samplers implement their own.
 """
@@ -24,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BlockResult", "block_quantities", "block_residual", "tau_law"]
+__all__ = ["BlockResult", "block_quantities", "block_residual", "first_padded", "prefix_ratios",
+           "residual_mass", "tau_law", "thresholds"]
 
 
 @dataclass(frozen=True)
@@ -47,16 +56,70 @@ class BlockResult:
 
     def residual_scale(self, tau: np.ndarray) -> np.ndarray:
         """`P_{tau - 1}` (1 for `tau == 0`), float64 `[R]`."""
+        return np.exp(self.residual_log_scale(tau))
+
+    def residual_log_scale(self, tau: np.ndarray) -> np.ndarray:
+        """`log P_{tau - 1}` (0 for `tau == 0`), float64 `[R]`."""
         tau = np.asarray(tau, np.int64)
         if self.log_prefix.shape[1] == 0:
-            return np.ones(tau.shape)
+            return np.zeros(tau.shape)
         prev = np.take_along_axis(self.log_prefix, np.clip(tau - 1, 0, None)[:, None], axis=1)[:, 0]
-        return np.where(tau == 0, 1.0, np.exp(prev))
+        return np.where(tau == 0, 0.0, prev)
 
 
 def _at(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """`a[r, i, idx[r, i]]` for a `[R, K, V]` array and int `[R, K]` indices (clipped)."""
     return np.take_along_axis(a, np.clip(idx, 0, a.shape[2] - 1)[..., None], axis=2)[..., 0]
+
+
+def first_padded(drafts: np.ndarray, n: np.ndarray, vocab: int) -> np.ndarray:
+    """`m` of every request: the first step `i < n` with `d_i < 0` or `d_i >= vocab`, else `n` (int64 `[R]`)."""
+    drafts = np.asarray(drafts, np.int64)
+    n = np.asarray(n, np.int64)
+    steps = np.arange(drafts.shape[1])[None, :]
+    padded = (steps < n[:, None]) & ((drafts < 0) | (drafts >= vocab))
+    if not padded.size:
+        return n.astype(np.int64)
+    return np.where(padded.any(axis=1), np.argmax(padded, axis=1), n).astype(np.int64)
+
+
+def prefix_ratios(log_pd: np.ndarray, log_qd: np.ndarray | None, m: np.ndarray) -> np.ndarray:
+    """`log P_i` (float64 `[R, K]`, NaN at steps `>= m`) from `log p_i(d_i)` and `log q_i(d_i)`
+    (`[R, K]`; None for one-hot drafts: `log q = 0`)."""
+    log_pd = np.asarray(log_pd, np.float64)
+    r, k = log_pd.shape
+    live = np.arange(k)[None, :] < np.asarray(m)[:, None]
+    with np.errstate(invalid="ignore"):
+        ratio = log_pd if log_qd is None else log_pd - np.asarray(log_qd, np.float64)
+        ratio = np.where(np.isneginf(log_pd), -np.inf, ratio)  # p(d) = 0: never extends the block
+    out = np.full((r, k), np.nan)
+    prev = np.zeros(r)
+    for i in range(k):
+        with np.errstate(invalid="ignore"):
+            cur = np.where(np.isneginf(prev), -np.inf, np.minimum(prev + ratio[:, i], 0.0))
+        out[:, i] = np.where(live[:, i], cur, np.nan)
+        prev = cur
+    return out
+
+
+def thresholds(log_prefix: np.ndarray, z: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """`h_i` (float64 `[R, K]`, NaN at steps `>= m`) from `log P_i` and `Z_{i+1}` (`[R, K]`; read only
+    where `i + 1 < m`)."""
+    log_prefix = np.asarray(log_prefix, np.float64)
+    k = log_prefix.shape[1]
+    steps = np.arange(k)[None, :]
+    m = np.asarray(m)[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        big_p = np.exp(log_prefix)
+        den = z + (-np.expm1(log_prefix))  # Z + 1 - P
+        h = np.where(den > 0, z / np.where(den > 0, den, 1.0), 1.0)
+    h = np.where(steps + 1 < m, h, big_p)  # the last verified step: h = P
+    return np.where(steps < m, h, np.nan)
+
+
+def residual_mass(scale: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """`sum_x max(scale p(x) - q(x), 0)` over the last axis (`scale` broadcast over it)."""
+    return np.maximum(np.asarray(scale)[..., None] * p - q, 0.0).sum(axis=-1)
 
 
 def block_quantities(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, n: np.ndarray) -> BlockResult:
@@ -69,42 +132,23 @@ def block_quantities(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, n:
     """
     p = np.asarray(p, np.float64)
     drafts = np.asarray(drafts, np.int64)
-    n = np.asarray(n, np.int64)
     r, k = drafts.shape
-    vp = p.shape[2]
-    steps = np.arange(k)[None, :]
-    padded = (steps < n[:, None]) & ((drafts < 0) | (drafts >= vp))
-    m = np.where(padded.any(axis=1), np.argmax(padded, axis=1), n).astype(np.int64)
-    live = steps < m[:, None]
+    m = first_padded(drafts, n, p.shape[2])
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        pd = _at(p[:, :k], drafts)
-        log_ratio = np.log(pd) - (0.0 if q is None else np.log(_at(np.asarray(q, np.float64), drafts)))
-        log_ratio = np.where(pd == 0, -np.inf, log_ratio)  # a draft the target excludes never extends the block
-        log_prefix = np.full((r, k), np.nan)
-        h = np.full((r, k), np.nan)
+        log_pd = np.log(_at(p[:, :k], drafts))
+        log_qd = None if q is None else np.log(_at(np.asarray(q, np.float64), drafts))
+        log_prefix = prefix_ratios(log_pd, log_qd, m)
         z = np.full((r, k), np.nan)
-        prev = np.zeros(r)
-        for i in range(k):
-            cur = np.where(np.isneginf(prev), -np.inf, np.minimum(prev + log_ratio[:, i], 0.0))
-            cur = np.where(live[:, i], cur, np.nan)
-            log_prefix[:, i] = cur
-            big_p = np.exp(cur)
-            nxt = live[:, i + 1] if i + 1 < k else np.zeros(r, bool)
-            zi = np.full(r, np.nan)
-            if nxt.any():
-                rows = np.flatnonzero(nxt)
-                if q is None:
-                    zi[rows] = big_p[rows] * (1.0 - _at(p[rows, i + 1 : i + 2], drafts[rows, i + 1 : i + 2])[:, 0])
-                else:
-                    diff = big_p[rows, None] * p[rows, i + 1] - np.asarray(q[rows, i + 1], np.float64)
-                    zi[rows] = np.maximum(diff, 0.0).sum(axis=1)
-            den = zi + 1.0 - big_p
-            hi = np.where(den > 0, zi / np.where(den > 0, den, 1.0), 1.0)
-            hi = np.where(nxt, hi, big_p)  # the last verified step: h = P
-            h[:, i] = np.where(live[:, i], hi, np.nan)
-            z[:, i] = np.where(nxt, zi, np.nan)
-            prev = np.where(live[:, i], cur, prev)
-    return BlockResult(m=m, log_prefix=log_prefix, h=h, z=z)
+        for i in range(k - 1):
+            rows = np.flatnonzero(i + 1 < m)
+            if not rows.size:
+                continue
+            big_p = np.exp(log_prefix[rows, i])
+            if q is None:
+                z[rows, i] = big_p * -np.expm1(log_pd[rows, i + 1])
+            else:
+                z[rows, i] = residual_mass(big_p, p[rows, i + 1], np.asarray(q[rows, i + 1], np.float64))
+    return BlockResult(m=m, log_prefix=log_prefix, h=thresholds(log_prefix, z, m), z=z)
 
 
 def block_residual(p_row: np.ndarray, q_row: np.ndarray | None, draft: int, scale: float,

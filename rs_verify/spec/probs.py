@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import SpecBatch
-from .masks import batch_masks
+from .masks import batch_masks, masked_logits
 
 
 def row_states(batch: SpecBatch) -> np.ndarray:
@@ -48,7 +48,7 @@ def processed_logits(batch: SpecBatch, *, masked: bool = True) -> np.ndarray:
     temp = np.asarray(batch.temperature)[row_states(batch)]
     z = process(np.asarray(batch.target_logits)[:, : batch.effective_vocab_size], temp)
     if masked and batch.sampling_params_on():
-        z = np.where(batch_masks(batch, z).kept, z, np.float32(-np.inf)).astype(np.float32)
+        z = masked_logits(z, batch_masks(batch, z, margins=False).kept)
     return z
 
 
