@@ -16,7 +16,7 @@ sum_x max(P_i p_{i+1}(x) - q_{i+1}(x), 0): for model drafts one pass over row i 
 draft logits (`_block_z`, BLOCK_V / 2 lanes: no register spills with int64 scalars; the masks
 applied on load), for one-hot drafts P_i (1 - p_{i+1}(d_{i+1})) from scalar loads. It stores the accepted drafts d_0..d_{tau-1} and returns tau and
 log P_{tau-1} (0 for tau = 0), the scale of the model residual max(P_{tau-1} p - q, 0) that
-`verify_kernel`'s one resample pass draws from at row cu[r] + tau: two O(R) buffers. A separate
+`resample_kernel`'s one resample pass (residual.py) draws from at row cu[r] + tau: two O(R) buffers. A separate
 kernel keeps the token-wise `verify_kernel` as it was (its registers, its compile time).
 
 Cost: model drafts pay one more pass over a target row and a draft row per verified step but the

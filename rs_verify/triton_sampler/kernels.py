@@ -24,6 +24,7 @@ import triton.language as tl
 
 from .block import _block_tau
 from .masks import _masked_stats, _row_masks
+from .residual import _resample_masked
 
 # SPEC section 3: the smallest uniform and Triton's rand scale.
 TINY = tl.constexpr(4.6566127342e-10)
@@ -85,12 +86,11 @@ def _row_stats(row_ptr, n, t_div, BLOCK_V: tl.constexpr):
 
 @triton.jit
 def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl,
-              thr, cut, masked, l_scale, scaled, HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
+              HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
     """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index.
 
-    p is masked by (thr, cut) when `masked` (SPEC 2). r = max(P p - q, 0) with log P = l_scale
-    when `scaled` (SPEC 4b's P_{tau-1}; else P = 1) and `use_q` (model drafts; in the log domain:
-    log r = log P p + log(1 - q / P p) where P p > q and P p is within float64 range),
+    r = max(p - q, 0) when `use_q` (model drafts; in the log domain:
+    log r = log p + log(1 - q / p) where p > q and p is within float64 range),
     p with r(excl) = 0 (one-hot drafts; excl = -1 for none); falls back to
     argmax_x (log p(x) + G_x) when no token has a finite residual score (no
     positive mass). Both argmaxes are tracked in the same pass.
@@ -105,8 +105,6 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
         mask = idx < n
         z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
-        if masked:
-            z = tl.where((z > thr) | ((z == thr) & (idx <= cut)), z, NEG_INF)
         log_p = (z - m) - log_s
         v = tl.maximum(tl.rand(g, idx), TINY)
         w = 1.0 - v
@@ -119,15 +117,12 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
             zq = tl.div_rn(zq.to(tl.float32), t_div)
             zq = tl.where(zq == zq, zq, NEG_INF)
             log_q = (zq - q_m) - q_log_s
-            log_pp = log_p
-            if scaled:
-                log_pp = log_p + l_scale
-            pos_mass = (log_pp > log_q) & (log_pp > LOG_P_MIN)
-            a = tl.where(pos_mass, log_q - log_pp, -1.0)
+            pos_mass = (log_p > log_q) & (log_p > LOG_P_MIN)
+            a = tl.where(pos_mass, log_q - log_p, -1.0)
             e = tl.exp(a)
             log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
             em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
-            sq = tl.where(pos_mass, log_pp + tl.log(-em1) + gum, NEG_INF)
+            sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
             sr = tl.where(use_q, sq, sp)
         else:
             sr = tl.where(idx == excl, NEG_INF, sp)
@@ -236,17 +231,19 @@ def block_tau_kernel(
     tl.store(l_res_ptr + r, l_res)
 
 
-@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK"])
+@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK", "DEFER"])
 def verify_kernel(
     target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
-    t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, tau_ptr, l_res_ptr,
+    t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, tau_ptr,
     sampled_ptr, num_sampled_ptr,
-    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK,
+    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
     HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: requests of a chunk. Acceptance tests of SPEC section 4 (with BLOCK, a stochastic
-    request takes tau and log P_{tau-1} from `block_tau_kernel`: SPEC 4b, block.py), then one
-    resample (first rejection, or tau < n) or bonus draw. `sampled` is pre-filled with -1."""
+    """Grid: requests of a chunk. Acceptance tests of SPEC section 4 (with MASKED, of the masked
+    p; with BLOCK, a stochastic request takes t = tau from `block_tau_kernel`: SPEC 4b), then one
+    resample (first rejection, or tau < n) or bonus draw. `sampled` is pre-filled with -1. With
+    DEFER (set for MASKED or BLOCK batches) a stochastic request's draw is left to
+    `resample_kernel`, so this kernel's resample loop is the token-wise one, unmasked."""
     r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
@@ -260,15 +257,11 @@ def verify_kernel(
 
     # The acceptance tests of all steps are independent: evaluate them STEP_BLOCK
     # steps at a time, t = the first rejected step (n when all are accepted).
-    # Stand-ins such as `l_res = temp` are never read: flags are tested before any use, so a
-    # batch without parameters or block verification pays no tl op for them.
     t = n
     n_tok = n
-    l_res = temp  # block mode: log P_{t-1}, the model residual's scale
     if BLOCK:
         if temp != 0.0:
             t = tl.minimum(tl.maximum(tl.load(tau_ptr + r), 0), n)
-            l_res = tl.load(l_res_ptr + r)
             n_tok = tl.zeros_like(n)
     for kb in range(0, n_tok, STEP_BLOCK):
         i_vec = kb + tl.arange(0, STEP_BLOCK)
@@ -312,26 +305,71 @@ def verify_kernel(
         g = tl.randint(seed, tl.load(pos_ptr + jt))
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
-        m_thr = log_s  # stand-ins
-        m_cut = n
-        if MASKED:
-            m_thr = tl.load(t_thr_ptr + jt)
-            m_cut = tl.load(t_cut_ptr + jt)
         t_row = target_ptr + jt * V
         if HAS_DRAFT:
             q_m = tl.load(d_max_ptr + jt, mask=ok_t, other=0.0)
             q_log_s = tl.load(d_logsum_ptr + jt, mask=ok_t, other=0.0)
             q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-            tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
-                            m_thr, m_cut, MASKED, l_res, BLOCK, HAS_DRAFT, BLOCK_V)
+            if DEFER:
+                tok = d_t  # a stand-in: resample_kernel draws this request's token
+            else:
+                tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
+                                HAS_DRAFT, BLOCK_V).to(tl.int64)
         else:
             excl = tl.where(ok_t, d_t, -1)
-            tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
-                            m_thr, m_cut, MASKED, l_res, BLOCK, HAS_DRAFT, BLOCK_V)
+            if DEFER:
+                tok = d_t
+            else:
+                tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
+                                HAS_DRAFT, BLOCK_V).to(tl.int64)
         tok = tok.to(tl.int64)
     tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
     tl.store(out_row + t, tok.to(tl.int64))
     tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32))
+
+
+@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK", "HAS_DRAFT"])
+def resample_kernel(
+    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
+    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, l_res_ptr,
+    sampled_ptr, num_sampled_ptr,
+    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, HAS_DRAFT,
+    BLOCK_V: tl.constexpr,
+):
+    """Grid: requests of a chunk of a MASKED or BLOCK batch, after `verify_kernel` (which stored
+    t + 1 in num_sampled). Draws a stochastic request's token at row cu[r] + t (residual.py): the
+    masked p, the residual max(P p - q, 0) with log P from `block_tau_kernel` (model drafts), p
+    without the rejected draft (one-hot), or p. HAS_DRAFT and the vocabulary sizes are runtime
+    values here: few specializations for a kernel only these batches run."""
+    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    if temp != 0.0:
+        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
+        n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
+        t = tl.minimum(tl.maximum(tl.load(num_sampled_ptr + r) - 1, 0), n)
+        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
+        has_d = t < n
+        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
+        ok_t = has_d & (d_t >= 0) & (d_t < Vp)
+        thr = tl.full([], NEG_INF, tl.float32)
+        cut = tl.full([], BIG_INDEX, tl.int32)
+        if MASKED:
+            thr = tl.load(t_thr_ptr + jt)
+            cut = tl.load(t_cut_ptr + jt)
+        l_scale = tl.full([], 0.0, tl.float32)
+        if BLOCK:
+            l_scale = tl.load(l_res_ptr + r)
+        use_q = ok_t & (HAS_DRAFT != 0)
+        q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
+        g = tl.randint(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))
+        q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
+        q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
+        excl = tl.where(ok_t & (HAS_DRAFT == 0), d_t, -1)
+        tok = _resample_masked(target_ptr + jt * V, q_row, Vp, temp, tl.load(t_max_ptr + jt),
+                               tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, use_q, excl, thr, cut, l_scale, BLOCK_V)
+        tl.store(sampled_ptr + r * (K + 1) + t, tok.to(tl.int64))
 
 
 @triton.jit(do_not_specialize=["row_off", "N", "R", "S", "Vp", "MASKED"])

@@ -15,7 +15,8 @@ import torch
 from . import sampler
 from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
 
-KERNELS = ("row_stats_kernel", "mask_stats_kernel", "block_tau_kernel", "verify_kernel", "log_softmax_kernel")
+KERNELS = ("row_stats_kernel", "mask_stats_kernel", "block_tau_kernel", "verify_kernel", "resample_kernel",
+           "log_softmax_kernel")
 DRAFT_MODES = ("model", "one_hot")
 # One vocabulary size per class Triton specializes an int argument on: divisible by 16, not, and 1.
 VOCAB_CLASSES = {"16n": 160, "other": 33, "1": 1}

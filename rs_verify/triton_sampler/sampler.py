@@ -251,6 +251,7 @@ def rejection_sample(
     # SPEC 4b: tau and log P_{tau-1} per request (block batches; else stand-ins of the same dtypes)
     tau = torch.empty(r, dtype=torch.int32, device=device) if block_mode else t_arg
     l_res = torch.empty(r, dtype=torch.float32, device=device) if block_mode else t_max
+    defer = int(masked or block_mode)  # their stochastic draws: resample_kernel (residual.py)
 
     buf = None
     if logprobs is not None:
@@ -291,11 +292,19 @@ def rejection_sample(
                 )
             kernels.verify_kernel[(b - a,)](
                 target, draft, ids, pos_d, cu, idx, temp, seeds_d,
-                t_max, t_logsum, t_arg, d_max, d_logsum, t_thr, t_cut, tau, l_res,
+                t_max, t_logsum, t_arg, d_max, d_logsum, t_thr, t_cut, tau,
                 sampled, num_sampled,
-                a, n, r, s, k, v, vd, v_eff, masked, block_mode,
+                a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,
                 HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
             )
+            if defer:
+                kernels.resample_kernel[(b - a,)](
+                    target, draft, ids, pos_d, cu, idx, temp, seeds_d,
+                    t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, l_res,
+                    sampled, num_sampled,
+                    a, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),
+                    BLOCK_V=block, **launch,
+                )
             if buf is None:
                 continue
             for blo in range(lo, hi, cap):
