@@ -214,8 +214,8 @@ MUTANTS: list[Mutant] = [
         "Chunk offsets not rebased: the verify kernel of every chunk gets request offset 0, so it re-verifies "
         "the first requests and never the chunk's own.",
         TRITON,
-        {"sampler.py": [("                a, n, r, s, k, v, vd, v_eff,\n",
-                         "                0, n, r, s, k, v, vd, v_eff,  # MUTANT: offset not rebased\n")]},
+        {"sampler.py": [("                a, n, r, s, k, v, vd, v_eff, masked, block_mode,\n",
+                         "                0, n, r, s, k, v, vd, v_eff, masked, block_mode,  # MUTANT: offset not rebased\n")]},
         killers=("chunked_equals_full",),
     ),
     Mutant(

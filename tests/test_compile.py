@@ -4,9 +4,9 @@ Triton's wheel ships ptxas, so every kernel specialization the built-in sampler 
 compiled for sm_80, sm_90 and sm_100 here, also on a CPU-only runner. Under the test suite's
 TRITON_INTERPRET=1 the compile runs in a child process without the interpreter.
 
-`test_compile_cli_all_archs` compiles 342 specializations: about 145 s of CPU with an empty
-Triton cache (7 min wall on the shared 2-core machine under load), under 10 s with a warm one
-(~/.triton/cache). It is marked `slow`: deselect it with `-m "not slow"`.
+`test_compile_cli_all_archs` compiles XXX specializations: about YYY s of CPU with an empty
+Triton cache, under 10 s with a warm one (~/.triton/cache). It is marked `slow`: deselect it
+with `-m "not slow"`.
 """
 
 import pytest
@@ -76,6 +76,35 @@ def test_launches_cover_every_specialization_axis():
     assert {p for _, _, p, _ in seen["log_softmax_kernel"]} == {1, "i32"}  # processed (1) and raw (0)
     for kernel, specs in seen.items():
         assert {ints for *_, ints in specs} == {frozenset({"i32"}), frozenset({"i64"})}, kernel
+
+
+def test_parameters_and_block_verification_add_no_specializations():
+    """SPEC 2's masks and SPEC 4b's block verification are runtime flags (MASKED, BLOCK) and
+    kernels of their own: the specializations of the token-wise kernels stay what they were, and
+    the two new kernels do not specialize the vocabulary sizes (6 specializations per arch each)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    from rs_verify.triton_sampler import launches as recorded
+
+    module = aot.kernels_for_compile()
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    sink = {False: {}, True: {}}
+    for features in (False, True):
+        for dtype in ("float32", "bfloat16", "float16"):
+            for drafts, vocab in (("model", (160, 33)), ("model", (33, 33)), ("one_hot", (160, 160)), ("one_hot", (1, 1))):
+                for mode in (None, "processed"):
+                    out = []
+                    recorded._record(out, "", dtype, drafts, *vocab, 1024, mode, features)
+                    for launch in out:
+                        fn = getattr(module, launch.kernel)
+                        for width in aot.WIDTHS:
+                            sig, cx, attrs, _ = aot.specialization(fn, launch, backend, width)
+                            sink[features].setdefault(launch.kernel, set()).add((repr(sig), repr(cx), repr(attrs)))
+    for kernel in ("row_stats_kernel", "verify_kernel", "log_softmax_kernel"):
+        assert sink[True][kernel] == sink[False][kernel], kernel
+    assert set(sink[False]) == {"row_stats_kernel", "verify_kernel", "log_softmax_kernel"}
+    assert len(sink[True]["mask_stats_kernel"]) == 6 and len(sink[True]["block_tau_kernel"]) == 12
 
 
 def test_error_text_names_the_innermost_reason():

@@ -1,8 +1,10 @@
-"""Fast hand-built cases for the Triton sampler (SPEC sections 4-7), answers known analytically.
+"""Fast hand-built cases for the Triton sampler (SPEC sections 2-7, 4b), answers known analytically.
 
 Runs under the Triton interpreter on CPU (block_v=16, so vocabularies of 33
 and 40 take multi-block reductions) and compiled on GPU. Each case has a
-handful of programs: the whole file stays well under a minute on CPU.
+handful of programs: the whole file stays well under two minutes on CPU. Masks (SPEC 2) are
+read from processed logprobs of the whole vocabulary (a masked token's is -inf); block
+verification's (SPEC 4b) uniforms come from the SPEC's Philox streams.
 """
 
 import numpy as np
@@ -50,7 +52,7 @@ def one_hot_rows(tokens, vocab):
     return x
 
 
-def mixed_batch(seed=0, vocab=40, num_logprobs=None, dtype="float32", model=False):
+def mixed_batch(seed=0, vocab=40, num_logprobs=None, dtype="float32", model=False, features=False):
     rng = np.random.default_rng(seed)
     drafts = [[int(rng.integers(0, vocab)) for _ in range(n)] for n in (3, 0, 2, 1, 3)]
     drafts[0][0] = -1
@@ -65,6 +67,10 @@ def mixed_batch(seed=0, vocab=40, num_logprobs=None, dtype="float32", model=Fals
             dl = (dl.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
     b = make_batch(x, drafts, [1.0, 0.0, 0.7, 1.3, 1.0], k=3, draft_logits=dl, num_logprobs=num_logprobs,
                    logits_dtype=dtype)
+    if features:  # SPEC 2's parameters, each off for some state, with block verification (SPEC 4b)
+        b = b.replace(top_k=np.array([3, 2, 0, 5, 0], np.int32), top_p=np.array([0.9, 1, 0.6, 1, 0.3], np.float32),
+                      min_p=np.array([0, 0.5, 0.05, 0, 0], np.float32), verification="block",
+                      logprobs_mode="processed")
     return b
 
 
@@ -192,11 +198,11 @@ def test_processed_logprobs_divide_by_temperature(sampler):
         np.testing.assert_allclose(out.logprobs.logprobs[0, 1], want.max(), rtol=1e-5)
 
 
-@pytest.mark.parametrize("model", [False, True])
-def test_chunked_equals_full(sampler, model):
-    b = mixed_batch(num_logprobs=2, model=model)
+@pytest.mark.parametrize("model, features", [(False, False), (True, False), (False, True), (True, True)])
+def test_chunked_equals_full(sampler, model, features):
+    b = mixed_batch(num_logprobs=2, model=model, features=features)
     full = sampler(b)
-    for cap in (1, 3, b.num_logits):
+    for cap in (5, b.num_logits) if features else (1, 3, b.num_logits):  # 5: chunks of 2, 2 and 1 requests
         out = sampler(b, max_chunk_logits=cap)
         for name, arr in full.arrays().items():
             assert np.array_equal(arr, out.arrays()[name]), (cap, name)
@@ -245,10 +251,13 @@ def test_unvalidated_garbage_emits_in_range_tokens():
     idx = np.array([0, 9, -3, 3, 4], np.int32)
     temp = b.temperature.copy()
     temp[2] = np.nan
+    params = dict(top_k=np.int32([-4, 10**9, 1, 3, 40]), min_p=np.float32([np.inf, -1, 2, np.nan, 1]),
+                  top_p=np.float32([np.nan, -1, 0, 2, 0.5]), logprobs_mode="processed", verification="block")
     for bad in (
         b.replace(target_logits=x),
         b.replace(draft_token_ids=ids, idx_mapping=idx, temperature=temp),
         b.replace(cu_num_logits=np.array([0, 9, 3, 3, 30, 12], np.int32)),
+        b.replace(target_logits=x, draft_token_ids=ids, idx_mapping=idx, temperature=temp, **params),
     ):
         out = raw(bad, max_chunk_logits=3)
         v = bad.effective_vocab_size
@@ -256,3 +265,156 @@ def test_unvalidated_garbage_emits_in_range_tokens():
             toks = np.asarray(out.request(r))
             assert ((toks >= 0) & (toks < v)).all(), (r, out.sampled)
         assert ((out.logprobs.token_ids >= 0) & (out.logprobs.token_ids < v)).all()
+
+
+# -- SPEC section 2: sampling-parameter masks ----------------------------------------------------
+def kept_sets(sampler, x, temps, drafts=None, **kw):
+    """Per row, the tokens the masks keep (finite processed logprob), and the output; one request per
+    row unless `drafts` is given. Every emitted token must be kept."""
+    x = np.asarray(x, np.float32)
+    for k in set(kw) & {"top_k", "top_p", "min_p"}:
+        kw[k] = np.asarray(kw[k], np.int32 if k == "top_k" else np.float32)
+    b = make_batch(x, drafts or [[]] * len(x), temps, num_logprobs=x.shape[1], logprobs_mode="processed",
+                   k=None if drafts else 0, **kw)
+    out = sampler(b)
+    ids, vals = out.logprobs.token_ids[:, 1:], out.logprobs.logprobs[:, 1:]
+    kept = [sorted(ids[j][np.isfinite(vals[j])].tolist()) for j in range(len(x))]
+    for r in range(b.num_reqs):
+        assert all(tok in kept[int(b.cu_num_logits[r]) + i] for i, tok in enumerate(out.request(r))), (r, kept)
+    return kept, out
+
+
+def row(v=40, fill=-4.0, **at):
+    """A row of `fill` with x[i] = value for each `t<i>=value`."""
+    x = np.full(v, fill, np.float32)
+    x[[int(k[1:]) for k in at]] = list(at.values())
+    return x
+
+
+def test_min_p_keeps_the_tokens_above_max_plus_log_m(sampler):
+    kept, _ = kept_sets(sampler, [row(t1=3, t18=3, t35=2.5, t2=0)] * 3, [1.0, 1.0, 0.5], min_p=[1.0, 0.5, 0.5])
+    assert kept[0] == [1, 18]  # m = 1 keeps the tokens tied at the maximum (strict <)
+    assert kept[1] == [1, 18, 35]  # threshold 3 + log 0.5 = 2.31
+    assert kept[2] == [1, 18]  # at T = 0.5: z = 6, 6, 5 and threshold 5.31
+
+
+def test_top_k_keeps_every_tie_of_the_kth_value(sampler):
+    kept, _ = kept_sets(sampler, [row(t30=5, t3=3, t17=3, t33=3, t9=2)] * 4, [1.0] * 4, top_k=[1, 2, 4, 5])
+    assert kept[0] == [30]
+    assert kept[1] == kept[2] == [3, 17, 30, 33]  # the k-th value is 3: all three ties kept
+    assert kept[3] == [3, 9, 17, 30, 33]
+
+
+def test_top_p_orders_ties_by_token_id(sampler):
+    ties = row(fill=-np.inf, t3=0, t17=0, t20=0, t35=0)  # p = 1/4 each
+    kept, _ = kept_sets(sampler, [ties, ties, ties, row(t30=10, t3=0)], [1.0] * 4, top_p=[0.5, 0.6, 0.25, 0.9])
+    assert kept[0] == [3, 17]  # the mass before token 20 is exactly 0.5, not < 0.5
+    assert kept[1] == [3, 17, 20]
+    assert kept[2] == [3]  # the most likely token is always kept
+    assert kept[3] == [30]
+
+
+def test_masks_apply_in_order_min_p_top_k_top_p(sampler):
+    x = [row(fill=0.0, t5=2, t21=2)] * 3  # 38 tokens at 0: top-p on the whole row would keep many
+    kept, _ = kept_sets(sampler, x, [1.0] * 3, top_k=[2, 0, 2], top_p=[0.5, 0.5, 1.0], min_p=[0, 0.5, 0])
+    assert kept[0] == [5]  # top-k leaves {5, 21} at 1/2 each; top-p 0.5 keeps the lower id
+    assert kept[1] == [5]  # min-p 0.5 (threshold 2 - 0.69) leaves the same two
+    assert kept[2] == [5, 21]
+
+
+def test_greedy_rows_ignore_the_parameters(sampler):
+    kept, out = kept_sets(sampler, [row(t7=1.0, t8=0.5)], [0.0], top_k=[1], top_p=[0.1], min_p=[1.0])
+    assert kept[0] == list(range(40)) and out.request(0) == [7]  # raw logprobs, argmax
+
+
+def test_masks_apply_to_draft_rows_and_the_bonus_row(sampler):
+    x = np.stack([row(t4=2, t9=1.9), row(t12=2, t30=1.9), row(t25=2, t2=1.9)])
+    for seed in range(3):  # top-k 1: p is a point mass on every row
+        _, out = kept_sets(sampler, x, [1.0], drafts=[[4, 30]], seeds=[seed], top_k=[1])
+        assert out.request(0) == [4, 12]  # 30 is masked (p = 0): rejected, resampled to 12
+        _, out = kept_sets(sampler, x, [1.0], drafts=[[4, 12]], seeds=[seed], top_k=[1])
+        assert out.request(0) == [4, 12, 25]  # the bonus row is masked too
+
+
+def test_processed_logprobs_do_not_mask_tokens_outside_the_draft_vocab(sampler):
+    kept, _ = kept_sets(sampler, [row(t3=2, t36=1)], [1.0], draft_logits=np.zeros((1, 0, 33), np.float32), top_k=[1])
+    assert kept[0] == [3, *range(33, 40)]  # [V', V) = [33, 40) are not mask decisions
+
+
+# -- SPEC section 4b: block verification -----------------------------------------------------------
+def find_pos(seed, want, start=1000):
+    """The first pos p >= start with want(u at p, u at p + 1) (the uniforms of two consecutive rows)."""
+    from rs_verify.spec.philox import TINY, rand
+
+    p = np.arange(start, start + 4000)
+    u = np.maximum(rand(seed, p), TINY)
+    return int(p[np.flatnonzero(want(u[:-1], u[1:]))[0]])
+
+
+def lp(*probs):
+    """Logits log p over 40 tokens from (token, p) pairs, -inf elsewhere."""
+    return row(fill=-np.inf, **{f"t{t}": np.log(p) for t, p in probs})
+
+
+def test_block_rescue_after_an_earlier_rejection(sampler):
+    # One-hot drafts: P_0 = p_0(d_0) = 0.2, Z_1 = P_0 (1 - p_1(d_1)) = 0 so h_0 = 0; h_1 = P_1 = 0.2.
+    x = np.stack([lp((10, 0.2), (11, 0.8)), lp((20, 1.0)), lp((30, 1.0))])
+    for rescued in (True, False):
+        pos = find_pos(7, lambda u0, u1: (u0 > 0.2) & ((u1 <= 0.2) == rescued))
+        b = make_batch(x, [[10, 20]], [1.0], seeds=[7], pos=[pos, pos + 1, pos + 2], verification="block")
+        assert sampler(b).request(0) == ([10, 20, 30] if rescued else [11])  # else tau = 0: p_0 without 10
+        assert sampler(b.replace(verification="token")).request(0) == [11]  # token-wise rejects d_0
+
+
+def test_block_one_hot_target_accepts_the_block(sampler):
+    # P = 1 and Z = 0 at every step (Z + 1 - P = 0: h = 1 by rule); the last step's h = P = 1 alone
+    # decides tau = n here (a later accepted step always overrides an earlier h).
+    chain = [39, 0, 17, 33]
+    for seed in range(3):
+        assert sampler(make_batch(one_hot_rows(chain, 40), [chain[:3]], [1.0], seeds=[seed],
+                                  verification="block")).request(0) == chain
+
+
+@pytest.mark.parametrize("model", [False, True])
+def test_block_draft_the_target_excludes_never_extends_it(sampler, model):
+    # p_0(d_0) = 0 (and q_0(d_0) = 0 for model drafts: no NaN ratio may give P = 1): P = 0 from step 0 on.
+    x = np.stack([lp((1, 0.5), (2, 0.5)), lp((5, 1.0)), lp((6, 1.0))])
+    dl = np.stack([lp((1, 1.0)), lp((5, 1.0))])[None] if model else None
+    for seed in range(4):
+        out = sampler(make_batch(x, [[3, 5]], [1.0], seeds=[seed], draft_logits=dl, verification="block"))
+        assert out.request(0)[0] in (1, 2) and out.num_sampled[0] == 1
+
+
+@pytest.mark.parametrize("model", [False, True])
+def test_block_padded_draft_ends_the_block(sampler, model):
+    # h_0 = P_0 = 1 (the pad makes step 0 the last), so tau = 1 = m: resampled from p_1, not p_1 - q_1
+    # (q_1 is a point mass at 3). A -1 read as token 39 would extend the block to d_2 = 9 half the time.
+    x = np.stack([lp((8, 1.0)), lp((3, 0.25), (4, 0.25), (39, 0.5)), lp((9, 1.0)), lp((12, 1.0))])
+    dl = np.stack([lp((8, 1.0)), lp((3, 1.0)), lp((9, 1.0))])[None] if model else None
+    outs = [sampler(make_batch(x, [[8, -1, 9]], [1.0], seeds=[seed], pos=np.arange(4) + 7919 * seed,
+                               draft_logits=dl, verification="block")).request(0) for seed in range(16)]
+    assert all(out[0] == 8 and len(out) == 2 for out in outs), outs
+    assert {out[1] for out in outs} == {3, 4, 39}
+
+
+def test_block_model_threshold_and_scaled_residual(sampler):
+    # P_0 = p_0(d_0) / q_0(d_0) = 0.5; Z_1 = sum max(0.5 p_1 - q_1, 0) = 0.2 (token 1 only), so
+    # h_0 = 0.2 / (0.2 + 0.5) = 2/7; d_1 = 3 has p_1 = 0: P_1 = 0 = h_1. tau = 1 iff u_0 <= 2/7, then
+    # the residual max(0.5 p_1 - q_1, 0) is token 1 alone (unscaled, p_1 - q_1 would keep token 2).
+    x = np.stack([lp((0, 0.5), (5, 0.5)), lp((1, 0.4), (2, 0.6)), lp((7, 1.0))])
+    dl = np.stack([lp((0, 1.0)), lp((2, 0.45), (3, 0.55))])[None]
+    for k, accepted in enumerate((True, True, True, False, False)):
+        pos = find_pos(3, lambda u0, u1: (u0 <= 2 / 7) if accepted else (u0 > 2 / 7) & (u0 < 0.5), 1000 + 5000 * k)
+        b = make_batch(x, [[0, 3]], [1.0], seeds=[3], draft_logits=dl, pos=pos + np.arange(3), verification="block")
+        assert sampler(b).request(0) == ([0, 1] if accepted else [5])
+        if not accepted:  # token-wise accepts d_0 (0.5 > u_0): block verification differs here
+            assert sampler(b.replace(verification="token")).request(0) == [0, 1]
+
+
+def test_block_batches_verify_greedy_requests_token_wise(sampler):
+    x = np.stack([row(t4=2), row(t12=2, t13=1.99), row(t25=2), row(t2=2)])
+    for seed in range(6):  # sampled at T = 1, d_1 = 13 (p ~ 1/2) would often be accepted
+        out = sampler(make_batch(x, [[4, 13, 25]], [0.0], seeds=[seed], pos=np.arange(4) + 7919 * seed,
+                                 verification="block"))
+        assert out.request(0) == [4, 12]  # the argmax chain, first mismatch at step 1
+    assert sampler.verification_methods == {"token", "block"} and sampler.sampling_params == {"min_p", "top_k", "top_p"}

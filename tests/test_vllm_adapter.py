@@ -22,7 +22,8 @@ from rs_verify.strategies import spec_batches
 
 def convention_rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
                                 expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
-                                synthetic_conditional_rates=None, use_fp64=False, *, block_v=16):
+                                synthetic_conditional_rates=None, use_fp64=False, use_block_verification=False, *,
+                                block_v=16):
     """vLLM's MRV2 calling convention over rs_verify's kernels (see the module docstring)."""
     from rs_verify.triton_sampler import rejection_sample
 
@@ -41,11 +42,13 @@ def convention_rejection_sample(target_logits, draft_logits, draft_sampled, cu_n
     req = torch.searchsorted(cu[1:], torch.arange(n), right=True).clamp(max=r - 1)
     assert torch.equal(expanded_idx_mapping.cpu(), idx_mapping.cpu()[req]), "expanded_idx_mapping"
     assert torch.equal(expanded_local_pos.cpu().long(), torch.arange(n) - cu[req]), "expanded_local_pos"
+    assert isinstance(use_block_verification, bool), "use_block_verification"
     # The logits arrive processed (z = x / T): the kernels must not divide again, and x / 1 == x.
     unit = torch.where(temperature == 0, temperature, torch.ones_like(temperature))
     sampled, num_sampled, _ = rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
                                                idx_mapping, unit, seed, num_speculative_steps=num_speculative_steps,
-                                               block_v=block_v)
+                                               block_v=block_v,
+                                               verification="block" if use_block_verification else "token")
     # vLLM allocates `sampled` with new_empty: nothing past num_sampled is defined. Token 0 there.
     cols = torch.arange(sampled.shape[1], device=sampled.device)
     return torch.where(cols[None, :] < num_sampled[:, None].long(), sampled, 0), num_sampled
@@ -55,15 +58,16 @@ def convention_rejection_sample(target_logits, draft_logits, draft_sampled, cu_n
 def adapter(triton_sampler):
     def fn(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, expanded_idx_mapping,
            expanded_local_pos, temperature, seed, num_speculative_steps, synthetic_conditional_rates=None,
-           use_fp64=False):
+           use_fp64=False, use_block_verification=False):
         return convention_rejection_sample(
             target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, expanded_idx_mapping,
-            expanded_local_pos, temperature, seed, num_speculative_steps, block_v=triton_sampler.block_v)
+            expanded_local_pos, temperature, seed, num_speculative_steps,
+            use_block_verification=use_block_verification, block_v=triton_sampler.block_v)
 
     return VllmSampler(rejection_sample=fn, device=triton_sampler.device)
 
 
-@given(batch=spec_batches(logprobs=(None,)))
+@given(batch=spec_batches(logprobs=(None,), verifications=("token", "block")))
 def test_adapter_equals_builtin_sampler(adapter, triton_sampler, batch):
     out = call(adapter, batch)
     assert out.logprobs is None
@@ -74,8 +78,31 @@ def test_adapter_equals_builtin_sampler(adapter, triton_sampler, batch):
 def test_declared_capabilities(adapter):
     assert adapter.supports_logprobs is False and adapter.supports_chunking is False
     assert adapter.streams == "spec" and adapter.interpreted == (adapter.device.type != "cuda")
+    assert adapter.verification_methods == {"token", "block"} and adapter.sampling_params == frozenset()
     raw = adapter.unvalidated()
     assert raw.validate is False and raw.rejection_sample is adapter.rejection_sample
+    assert raw.verification_methods == adapter.verification_methods
+
+
+def test_block_declared_only_with_use_block_verification():
+    """A rejection_sample without the parameter (vLLM before #46781) is token-wise only: block
+    batches are refused, never verified token by token; batches with sampling parameters too."""
+    from rs_verify import SpecBatch
+
+    def older(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, expanded_idx_mapping,
+              expanded_local_pos, temperature, seed, num_speculative_steps):
+        raise AssertionError("never called")
+
+    sampler = VllmSampler(rejection_sample=older, device="cpu")
+    assert sampler.verification_methods == {"token"} and "use_block_verification" not in sampler.parameters
+    batch = SpecBatch(target_logits=np.zeros((1, 5), np.float32), draft_logits=None,
+                      draft_token_ids=np.zeros(1, np.int64), cu_num_logits=np.array([0, 1], np.int32),
+                      pos=np.zeros(1, np.int64), idx_mapping=np.array([0], np.int32),
+                      temperature=np.array([0.5], np.float32), seeds=np.array([3], np.int64), num_speculative_steps=0)
+    with pytest.raises(ValueError, match="verification"):
+        sampler(batch.replace(verification="block"))
+    with pytest.raises(ValueError, match="top_k: this adapter applies no sampling parameters"):
+        sampler(batch.replace(top_k=np.array([2], np.int32)))
 
 
 def test_without_vllm_the_error_says_what_to_install(monkeypatch):

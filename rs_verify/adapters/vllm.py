@@ -19,6 +19,7 @@ and passed by parameter name (a parameter the adapter does not know fails at con
         temperature,            # float32 [S]
         seed,                   # int64 [S]
         num_speculative_steps,  # int K
+        use_block_verification, # bool, optional (vLLM #46781): SPEC 4b for the whole batch
     ) -> (sampled int64 [R, K + 1], num_sampled int32 [R])
 
 What the adapter does in vLLM's place:
@@ -31,12 +32,17 @@ What the adapter does in vLLM's place:
 - Every input is a freshly allocated C-contiguous tensor, so empty ones (`K = 0`) have
   ordinary strides too.
 - `sampled` past `num_sampled[r]` is whatever vLLM left there (`new_empty`): set to -1 (SPEC 5).
+- Block batches (SPEC 4b) pass `use_block_verification=True`, token batches `False`; the adapter
+  declares `verification_methods = {"token", "block"}` only when the wrapped function takes that
+  parameter (`{"token"}` otherwise, and a block batch is refused).
 
 Declared capabilities (SPEC section 10): no logprobs (`supports_logprobs = False`: vLLM computes
 them outside `rejection_sample`, and logprobs made here would test the adapter), no internal
 chunking (vLLM chunks in `RejectionSampler._verify_in_chunks`; the suite chunks from outside),
-`streams = "spec"` (vLLM's Philox streams are the SPEC's), every draft mode and logits dtype.
-On a machine without CUDA the kernels run under Triton's interpreter (`interpreted = True`).
+`streams = "spec"` (vLLM's Philox streams are the SPEC's), every draft mode and logits dtype,
+no sampling parameters (`sampling_params` is empty: vLLM applies top-k / top-p / min-p in
+`Sampler.apply_sampling_params`, outside `rejection_sample`; docs/vllm.md says what gating that
+would take). On a machine without CUDA the kernels run under Triton's interpreter (`interpreted = True`).
 """
 
 from __future__ import annotations
@@ -57,7 +63,9 @@ import torch
 VLLM_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 # The parameters the adapter supplies, by the names vLLM's `rejection_sample` uses.
 KNOWN_PARAMETERS = ("target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
-                    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps")
+                    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps",
+                    "use_block_verification")
+BLOCK_PARAMETER = "use_block_verification"
 
 
 def load_vllm_rejection_sample():
@@ -102,6 +110,7 @@ class VllmSampler:
     draft_modes = frozenset({"model", "one_hot"})
     logits_dtypes = frozenset({"float32", "bfloat16", "float16"})
     memory_stats = False
+    sampling_params = frozenset()  # vLLM applies them before rejection_sample (docs/vllm.md)
 
     def __init__(self, *, rejection_sample=None, device=None, validate: bool = True):
 
@@ -111,6 +120,7 @@ class VllmSampler:
         self.interpreted = self.device.type != "cuda"
         self.rejection_sample = load_vllm_rejection_sample() if rejection_sample is None else rejection_sample
         self.parameters = bind_convention(self.rejection_sample)
+        self.verification_methods = frozenset({"token", "block"} if BLOCK_PARAMETER in self.parameters else {"token"})
         self.validate = bool(validate)
 
     def unvalidated(self) -> "VllmSampler":
@@ -158,7 +168,14 @@ class VllmSampler:
             expanded_local_pos=tensor(rows - (cu[req] if r else 0), torch.int32),
             temperature=temperature, seed=tensor(batch.seeds, torch.int64),
             num_speculative_steps=int(batch.num_speculative_steps),
+            use_block_verification=batch.verification == "block",
         )
+        if batch.sampling_params_on():
+            raise ValueError(f"{', '.join(batch.sampling_params_on())}: this adapter applies no sampling parameters "
+                             f"(vLLM applies them outside rejection_sample; sampling_params is empty)")
+        if batch.verification not in self.verification_methods:
+            raise ValueError(f"verification: {batch.verification!r} is not declared by this sampler (its "
+                             f"rejection_sample has no {BLOCK_PARAMETER} parameter)")
         return {name: values[name] for name in self.parameters}
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:

@@ -65,7 +65,7 @@ __all__ = ["ARCHS", "DRAFT_MODES", "KERNELS", "VOCAB_CLASSES", "WIDTHS", "Compil
 ARCHS = (80, 90, 100)
 WIDTHS = ("int32", "int64")
 # Scalar arguments that are flags, not sizes or offsets: never >= 2**31.
-FLAGS = frozenset({"PROCESSED"})
+FLAGS = frozenset({"PROCESSED", "MASKED", "BLOCK", "DEFER", "HAS_DRAFT"})
 WIDEN = 2**32
 RESULT_PREFIX = "rs-verify-aot "
 

@@ -11,11 +11,20 @@ Integer scalars arrive as int32 or int64 (Triton passes a Python int >= 2**31 as
 int64): index vectors and loop-carried indices take the width of the bound they
 run to (`tl.zeros_like(offs + n)`), so every kernel compiles for both widths
 (`aot.py` compiles them for CUDA archs, also on a machine without a GPU).
+Sampling parameters (SPEC 2) arrive as two statistics per row from `mask_stats_kernel` (masks.py):
+a keep threshold `thr` and a tie-id cutoff `cut`; every load of a target logit of a masked row
+applies `keep` (z > thr, or z == thr and x <= cut). `MASKED` (any parameter on in the batch) and
+`BLOCK` (block verification, SPEC 4b: block.py) are runtime flags, not specializations: a batch
+without them runs the same instructions as before they existed, one scalar branch aside.
 The mutants of mutants/catalogue.py patch this file's text by exact match: keep their anchors in step.
 """
 
 import triton
 import triton.language as tl
+
+from .block import _block_tau
+from .masks import _masked_stats, _row_masks
+from .residual import _resample_masked
 
 # SPEC section 3: the smallest uniform and Triton's rand scale.
 TINY = tl.constexpr(4.6566127342e-10)
@@ -141,7 +150,8 @@ def row_stats_kernel(
     HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     """Grid: target rows of a chunk. Max / log-sum-exp / argmax of z over [0, V') per row
-    and, for model drafts, max / log-sum-exp of draft / T for the (request, step) the row verifies."""
+    and, for model drafts, max / log-sum-exp of draft / T for the (request, step) the row verifies.
+    Rows with sampling parameters get their masked log-sum-exp from `mask_stats_kernel` next."""
     j = tl.program_id(0).to(tl.int64) + row_off
     j = tl.minimum(tl.maximum(j, 0), N - 1)
     r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
@@ -163,16 +173,77 @@ def row_stats_kernel(
             tl.store(d_logsum_ptr + j, tl.log(ds))
 
 
-@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp"])
-def verify_kernel(
+@triton.jit(do_not_specialize=["row_off", "N", "R", "S", "V", "Vp"])
+def mask_stats_kernel(
+    target_ptr, req_of_row_ptr, idx_ptr, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
+    t_max_ptr, t_logsum_ptr, t_thr_ptr, t_cut_ptr,
+    row_off, N, R, S, V, Vp,
+    BLOCK_V: tl.constexpr, MASK_BLOCK: tl.constexpr,
+):
+    """Grid: target rows of a chunk, after `row_stats_kernel` (which stored M = t_max). Stores each
+    row's (thr, cut) (-inf, BIG_INDEX: greedy rows and rows without parameters) and, for a masked
+    row, replaces t_logsum by the masked row's log-sum-exp."""
+    j = tl.program_id(0).to(tl.int64) + row_off
+    j = tl.minimum(tl.maximum(j, 0), N - 1)
+    r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    thr = tl.full([], NEG_INF, tl.float32)
+    cut = tl.full([], BIG_INDEX, tl.int32)
+    if temp != 0.0:
+        min_p = tl.load(min_p_ptr + s)
+        top_k = tl.load(top_k_ptr + s)
+        top_p = tl.load(top_p_ptr + s)
+        if (min_p > 0.0) | ((top_k > 0) & (top_k < Vp)) | (top_p < 1.0):
+            row_j = target_ptr + j * V
+            thr, cut = _row_masks(row_j, Vp, temp, tl.load(t_max_ptr + j), min_p, top_k, top_p, MASK_BLOCK)
+            _, sum_exp = _masked_stats(row_j, Vp, temp, thr, cut, Vp, True, BLOCK_V)
+            tl.store(t_logsum_ptr + j, tl.log(sum_exp))
+    tl.store(t_thr_ptr + j, thr)
+    tl.store(t_cut_ptr + j, cut)
+
+
+@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED"])
+def block_tau_kernel(
     target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
-    t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr,
-    sampled_ptr, num_sampled_ptr,
-    req_off, N, R, S, K, V, Vd, Vp,
+    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr,
+    sampled_ptr, tau_ptr, l_res_ptr,
+    req_off, N, R, S, K, V, Vd, Vp, MASKED,
     HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: requests of a chunk. Acceptance tests of SPEC section 4, then one resample
-    (first rejection) or bonus draw. `sampled` is pre-filled with -1."""
+    """Grid: requests of a chunk of a block batch, before `verify_kernel`. A stochastic request
+    gets its accepted drafts in `sampled`, tau and log P_{tau-1} (`_block_tau`); a greedy one
+    tau = -1 (verify_kernel verifies it token-wise). The vocabulary sizes are not specialized
+    (fewer compiles; the Z pass loses the divisibility-by-16 alignment hints)."""
+    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    tau = tl.full([], -1, tl.int32)
+    l_res = tl.full([], 0.0, tl.float32)
+    if temp != 0.0:
+        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
+        n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
+        tau, l_res = _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
+                                d_logsum_ptr, t_thr_ptr, t_cut_ptr, sampled_ptr + r * (K + 1), start, n, s,
+                                tl.load(seeds_ptr + s), temp, K, V, Vd, Vp, MASKED, HAS_DRAFT, BLOCK_V)
+    tl.store(tau_ptr + r, tau)
+    tl.store(l_res_ptr + r, l_res)
+
+
+@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK", "DEFER"])
+def verify_kernel(
+    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
+    t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, tau_ptr,
+    sampled_ptr, num_sampled_ptr,
+    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
+    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """Grid: requests of a chunk. Acceptance tests of SPEC section 4 (with MASKED, of the masked
+    p; with BLOCK, a stochastic request takes t = tau from `block_tau_kernel`: SPEC 4b), then one
+    resample (first rejection, or tau < n) or bonus draw. `sampled` is pre-filled with -1. With
+    DEFER (set for MASKED or BLOCK batches) a stochastic request's draw is left to
+    `resample_kernel`, so this kernel's resample loop is the token-wise one, unmasked."""
     r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
@@ -187,7 +258,12 @@ def verify_kernel(
     # The acceptance tests of all steps are independent: evaluate them STEP_BLOCK
     # steps at a time, t = the first rejected step (n when all are accepted).
     t = n
-    for kb in range(0, n, STEP_BLOCK):
+    n_tok = n
+    if BLOCK:
+        if temp != 0.0:
+            t = tl.minimum(tl.maximum(tl.load(tau_ptr + r), 0), n)
+            n_tok = tl.zeros_like(n)
+    for kb in range(0, n_tok, STEP_BLOCK):
         i_vec = kb + tl.arange(0, STEP_BLOCK)
         smask = i_vec < n
         j_vec = start + i_vec
@@ -201,6 +277,10 @@ def verify_kernel(
             zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
             zd = tl.div_rn(zd.to(tl.float32), t_div)
             zd = tl.where(zd == zd, zd, NEG_INF)
+            if MASKED:
+                k_thr = tl.load(t_thr_ptr + j_vec, mask=smask, other=NEG_INF)
+                k_cut = tl.load(t_cut_ptr + j_vec, mask=smask, other=BIG_INDEX)
+                zd = tl.where((zd > k_thr) | ((zd == k_thr) & (d_safe <= k_cut)), zd, NEG_INF)
             log_p = (zd - tl.load(t_max_ptr + j_vec, mask=smask, other=0.0)) \
                 - tl.load(t_logsum_ptr + j_vec, mask=smask, other=0.0)
             thr = tl.log(u)
@@ -230,26 +310,78 @@ def verify_kernel(
             q_m = tl.load(d_max_ptr + jt, mask=ok_t, other=0.0)
             q_log_s = tl.load(d_logsum_ptr + jt, mask=ok_t, other=0.0)
             q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-            tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
-                            HAS_DRAFT, BLOCK_V)
+            if DEFER:
+                tok = d_t  # a stand-in: resample_kernel draws this request's token
+            else:
+                tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
+                                HAS_DRAFT, BLOCK_V).to(tl.int64)
         else:
             excl = tl.where(ok_t, d_t, -1)
-            tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
-                            HAS_DRAFT, BLOCK_V)
+            if DEFER:
+                tok = d_t
+            else:
+                tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
+                                HAS_DRAFT, BLOCK_V).to(tl.int64)
         tok = tok.to(tl.int64)
     tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
     tl.store(out_row + t, tok.to(tl.int64))
     tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32))
 
 
-@triton.jit(do_not_specialize=["row_off", "N", "R", "S"])
+@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK", "HAS_DRAFT"])
+def resample_kernel(
+    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
+    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, l_res_ptr,
+    sampled_ptr, num_sampled_ptr,
+    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, HAS_DRAFT,
+    BLOCK_V: tl.constexpr,
+):
+    """Grid: requests of a chunk of a MASKED or BLOCK batch, after `verify_kernel` (which stored
+    t + 1 in num_sampled). Draws a stochastic request's token at row cu[r] + t (residual.py): the
+    masked p, the residual max(P p - q, 0) with log P from `block_tau_kernel` (model drafts), p
+    without the rejected draft (one-hot), or p. HAS_DRAFT and the vocabulary sizes are runtime
+    values here: few specializations for a kernel only these batches run."""
+    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    if temp != 0.0:
+        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
+        n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
+        t = tl.minimum(tl.maximum(tl.load(num_sampled_ptr + r) - 1, 0), n)
+        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
+        has_d = t < n
+        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
+        ok_t = has_d & (d_t >= 0) & (d_t < Vp)
+        thr = tl.full([], NEG_INF, tl.float32)
+        cut = tl.full([], BIG_INDEX, tl.int32)
+        if MASKED:
+            thr = tl.load(t_thr_ptr + jt)
+            cut = tl.load(t_cut_ptr + jt)
+        l_scale = tl.full([], 0.0, tl.float32)
+        if BLOCK:
+            l_scale = tl.load(l_res_ptr + r)
+        use_q = ok_t & (HAS_DRAFT != 0)
+        q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
+        g = tl.randint(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))
+        q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
+        q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
+        excl = tl.where(ok_t & (HAS_DRAFT == 0), d_t, -1)
+        tok = _resample_masked(target_ptr + jt * V, q_row, Vp, temp, tl.load(t_max_ptr + jt),
+                               tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, use_q, excl, thr, cut, l_scale, BLOCK_V)
+        tl.store(sampled_ptr + r * (K + 1) + t, tok.to(tl.int64))
+
+
+@triton.jit(do_not_specialize=["row_off", "N", "R", "S", "Vp", "MASKED"])
 def log_softmax_kernel(
-    target_ptr, out_ptr, req_of_row_ptr, idx_ptr, temp_ptr,
-    row_off, N, R, S, V, PROCESSED,
+    target_ptr, out_ptr, req_of_row_ptr, idx_ptr, temp_ptr, t_thr_ptr, t_cut_ptr,
+    row_off, N, R, S, V, Vp, PROCESSED, MASKED,
     BLOCK_V: tl.constexpr,
 ):
     """Grid: rows of one buffer block. out[b, :] = log_softmax over [0, V) of row
-    row_off + b: raw fp32 logits, or z = x / T when PROCESSED (raw for greedy rows)."""
+    row_off + b: raw fp32 logits, or z = x / T when PROCESSED (raw for greedy rows), with the
+    row's masks (SPEC 2) on [0, V') when MASKED (processed mode only): masked tokens -inf, tokens
+    in [V', V) kept (not mask decisions); a greedy or unmasked row's (thr, cut) keep everything."""
     b = tl.program_id(0).to(tl.int64)
     j = tl.minimum(tl.maximum(b + row_off, 0), N - 1)
     r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
@@ -257,7 +389,9 @@ def log_softmax_kernel(
     temp = tl.load(temp_ptr + s)
     t_div = tl.where((PROCESSED != 0) & (temp != 0.0), temp, 1.0)
     row = target_ptr + j * V
-    m, sum_exp, _ = _row_stats(row, V, t_div, BLOCK_V)
+    thr = tl.load(t_thr_ptr + j)  # read only with MASKED (the host sets it for processed logprobs of
+    cut = tl.load(t_cut_ptr + j)  # a batch with parameters; else these alias other buffers)
+    m, sum_exp = _masked_stats(row, V, t_div, thr, cut, Vp, MASKED, BLOCK_V)
     log_s = tl.log(sum_exp)
     offs = tl.arange(0, BLOCK_V)
     out_row = out_ptr + b * V
@@ -266,4 +400,6 @@ def log_softmax_kernel(
         mask = idx < V
         z = tl.div_rn(tl.load(row + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
+        if MASKED:
+            z = tl.where((z > thr) | ((z == thr) & (idx <= cut)) | (idx >= Vp), z, NEG_INF)
         tl.store(out_row + idx, (z - m) - log_s, mask=mask)

@@ -15,7 +15,8 @@ import torch
 from . import sampler
 from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
 
-KERNELS = ("row_stats_kernel", "verify_kernel", "log_softmax_kernel")
+KERNELS = ("row_stats_kernel", "mask_stats_kernel", "block_tau_kernel", "verify_kernel", "resample_kernel",
+           "log_softmax_kernel")
 DRAFT_MODES = ("model", "one_hot")
 # One vocabulary size per class Triton specializes an int argument on: divisible by 16, not, and 1.
 VOCAB_CLASSES = {"16n": 160, "other": 33, "1": 1}
@@ -54,8 +55,9 @@ def _recording(sink, label):
         sampler.kernels = real
 
 
-def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode):
-    """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2."""
+def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False):
+    """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2;
+    with `features`, with all three sampling parameters and block verification (SPEC 2, 4b)."""
 
 
     def empty(shape, dt):
@@ -64,18 +66,24 @@ def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode):
     cu = [0, 3, 4, 6]
     n, r, s, k = cu[-1], len(cu) - 1, 4, 2
     logits = TORCH_DTYPES[dtype]
+    extra = {}
+    if features:
+        extra = dict(top_k=empty(s, torch.int32), top_p=empty(s, torch.float32), min_p=empty(s, torch.float32),
+                     verification="block")
     with _recording(sink, label):
         rejection_sample(
             empty((n, v), logits), empty((s, k, vd), logits) if drafts == "model" else None,
             empty(n, torch.int64), empty(r + 1, torch.int32), empty(n, torch.int64), empty(r, torch.int32),
             empty(s, torch.float32), empty(s, torch.int64),
             num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
-            num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw")
+            num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw", **extra)
 
 
 def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes=(DEFAULT_BLOCK_V,),
              vocab_classes=tuple(VOCAB_CLASSES)) -> list[Launch]:
-    """Every launch `rejection_sample` makes over the batch shapes asked for (repeats included).
+    """Every launch `rejection_sample` makes over the batch shapes asked for (repeats included),
+    each batch shape without and with sampling parameters and block verification (runtime flags:
+    the same specializations, plus `mask_stats_kernel`'s).
 
     - dtypes: logits dtypes (`float32`, `bfloat16`, `float16`).
     - draft_modes: `model` (draft logits) and / or `one_hot` (no draft logits).
@@ -92,5 +100,6 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
                         label = f"{dtype}, {drafts} drafts, BLOCK_V={block_v}, V={v}"
                         label += f", Vd={vd}" if drafts == "model" else ""
                         for mode in (None, "raw", "processed"):
-                            _record(out, label, dtype, drafts, v, vd, block_v, mode)
+                            for features in (False, True):
+                                _record(out, label, dtype, drafts, v, vd, block_v, mode, features)
     return out

@@ -15,6 +15,13 @@ Kernel pipeline, per call (`rejection_sample`):
       logits `z = div_rn(fp32(x), T)` (temperature applied on load; T = 0 and
       T = 1 leave x untouched) over `[0, V')`; for model drafts also max and
       sum-exp of `draft / T` of the (request, step) that row verifies.
+   a'. Only for a batch with sampling parameters (SPEC 2): `mask_stats_kernel`, one
+      program per target row: the row's keep threshold `thr` and tie-id cutoff `cut`
+      (masks.py: exact radix selects over the float bits, no sort), and the masked
+      row's log-sum-exp. Every later load of a target logit applies the mask.
+   a''. Only for a block batch (SPEC 4b): `block_tau_kernel`, one program per
+      request: tau, log P_{tau-1} and the accepted drafts of each stochastic
+      request (block.py; model drafts take one more pass per step for Z).
    b. `verify_kernel`, one program per request: the acceptance tests of
       SPEC section 4 for all steps at once (they are independent; vectors of
       16 steps), first rejection `t` = the lowest failing step (greedy:
@@ -28,19 +35,24 @@ Kernel pipeline, per call (`rejection_sample`):
       `r(d) = 0` (one-hot) or `p` (padded draft, bonus, or a residual with no
       positive mass: both argmaxes are tracked in the same vocabulary pass).
       Greedy rows emit the argmax. It writes the accepted drafts and the
-      emitted token into `sampled[r]`, and `num_sampled[r] = t + 1`.
+      emitted token into `sampled[r]`, and `num_sampled[r] = t + 1`. In a
+      block batch a stochastic request skips the acceptance tests: `t = tau`
+      and the model residual is `max(P_{tau-1} p - q, 0)`.
    c. Only with logprobs: the chunk's rows, in blocks of at most
       `max_chunk_logits` rows, go through `log_softmax_kernel` into ONE
       preallocated FP32 buffer (log-softmax over the whole `[0, V)` of the raw
-      logits, or of `z` in "processed" mode), then top-k / ranks / the emitted
+      logits, or of `z` in "processed" mode, masked tokens of `[0, V')` at
+      -inf), then top-k / ranks / the emitted
       token's logprob are derived in torch (`logprobs.row_logprobs`).
 
 Every program reduces one row (or one request) with a lane layout fixed by
 `BLOCK_V` alone, so results never depend on the batch size, the chunking,
 the request order or the other requests. Kernels are specialized on `BLOCK_V`,
 `HAS_DRAFT`, the logits dtype and, by Triton's default, on the vocabulary sizes
-`V` / `Vd` (equal to 1, divisible by 16) and `PROCESSED`; offsets and counts are
-`do_not_specialize`. Any integer scalar may arrive as int32 or int64. `rs-verify
+`V` / `Vd` (equal to 1, divisible by 16) and `PROCESSED`; offsets, counts and the
+flags `MASKED` / `BLOCK` are `do_not_specialize` (a batch with parameters or block
+verification reuses the token-wise kernels' specializations; `mask_stats_kernel` and
+`block_tau_kernel` do not specialize the vocabulary sizes either). Any integer scalar may arrive as int32 or int64. `rs-verify
 compile` (aot.py) compiles every such specialization for CUDA, also without a GPU.
 Kernels are compiled with `enable_fp_fusion=False` so the rounding does not
 change with Triton's fusion default. Without validation,
@@ -62,6 +74,9 @@ from .logprobs import emitted_tokens, row_logprobs
 
 DEFAULT_BLOCK_V = 1024
 NUM_WARPS = 4
+# Lanes of the radix-select passes of SPEC 2's masks (masks.py): per-lane [MASK_BLOCK, 16] bin
+# accumulators, 16 elements per thread at 4 warps (at most BLOCK_V).
+MASK_BLOCK = 32
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -83,7 +98,7 @@ def _check_block_v(block_v) -> int:
 
 
 def _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
-                  temperature, seeds, k, num_logprobs, logprobs_mode):
+                  temperature, seeds, k, num_logprobs, logprobs_mode, params=(), verification="token"):
     """Shape checks that memory safety needs even without validation (no data is read)."""
     def bad(what):
         raise ValueError(what)
@@ -105,6 +120,9 @@ def _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, p
             bad(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
     if seeds.dim() != 1 or seeds.shape[0] < s:
         bad(f"seeds: expected shape [{s}], got {list(seeds.shape)}")
+    for name, t in params:
+        if t is not None and (t.dim() != 1 or t.shape[0] < s):
+            bad(f"{name}: expected shape [{s}], got {list(t.shape)}")
     if r > 0 and s < 1:
         bad("temperature: no request states")
     if draft_logits is not None:
@@ -116,6 +134,8 @@ def _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, p
         bad(f"num_logprobs: expected None or an int in [0, {v}], got {num_logprobs!r}")
     if logprobs_mode not in ("raw", "processed"):
         bad(f"logprobs_mode: unknown mode {logprobs_mode!r}")
+    if verification not in ("token", "block"):
+        bad(f"verification: unknown method {verification!r}")
 
 
 def rejection_sample(
@@ -135,6 +155,10 @@ def rejection_sample(
     block_v: int | None = None,
     cu_num_logits_host=None,
     info: dict | None = None,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
+    verification: str = "token",
 ):
     """Verify a batch held in device tensors (SPEC sections 2-7); no validation.
 
@@ -143,15 +167,19 @@ def rejection_sample(
     are read natively. `max_chunk_logits=None` means `max_chunk_logits(V)`.
     `cu_num_logits_host` (NumPy or a list) saves the one device-to-host copy
     of `cu_num_logits` that the chunk planner needs. `info`, when given, is
-    filled with `max_buffer_rows` and `num_chunks`.
+    filled with `max_buffer_rows` and `num_chunks`. `top_k` (int32 [S]), `top_p` and `min_p`
+    (float32 [S]) are SPEC 2's sampling parameters (None: off for every state; pass None rather
+    than an all-off tensor, which pays the masked path's scalar loads); `verification` is
+    "token" (SPEC 4) or "block" (SPEC 4b).
 
     Returns `(sampled int64 [R, K+1], num_sampled int32 [R], logprobs)` on the
     device, with `logprobs = (token_ids int64 [N, k+1], logprobs float32
     [N, k+1], ranks int64 [N])` or `None`.
     """
     k = int(num_speculative_steps)
+    params = (("top_k", top_k), ("top_p", top_p), ("min_p", min_p))
     _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
-                  temperature, seeds, num_speculative_steps, num_logprobs, logprobs_mode)
+                  temperature, seeds, num_speculative_steps, num_logprobs, logprobs_mode, params, verification)
     block = _check_block_v(block_v)
     device = target_logits.device
     if device.type == "cpu" and not _interpreted():
@@ -208,6 +236,22 @@ def rejection_sample(
     t_arg = torch.empty(n, dtype=torch.int32, device=device)
     d_max = torch.empty(n if has_draft else 1, dtype=torch.float32, device=device)
     d_logsum = torch.empty(n if has_draft else 1, dtype=torch.float32, device=device)
+    # SPEC 2's parameters (an absent one: its off value) and each row's mask statistics; without
+    # any, tensors of the same dtypes stand in (never read), so the kernels' signatures are unchanged.
+    masked = int(any(x is not None for _, x in params))
+    if masked:
+        tk = dev(top_k, torch.int32) if top_k is not None else torch.zeros(s, dtype=torch.int32, device=device)
+        tp = dev(top_p, torch.float32) if top_p is not None else torch.ones(s, dtype=torch.float32, device=device)
+        mp = dev(min_p, torch.float32) if min_p is not None else torch.zeros(s, dtype=torch.float32, device=device)
+        t_thr = torch.empty(n, dtype=torch.float32, device=device)
+        t_cut = torch.empty(n, dtype=torch.int32, device=device)
+    else:
+        tk, tp, mp, t_thr, t_cut = t_arg, temp, temp, t_max, t_arg
+    block_mode = int(verification == "block")
+    # SPEC 4b: tau and log P_{tau-1} per request (block batches; else stand-ins of the same dtypes)
+    tau = torch.empty(r, dtype=torch.int32, device=device) if block_mode else t_arg
+    l_res = torch.empty(r, dtype=torch.float32, device=device) if block_mode else t_max
+    defer = int(masked or block_mode)  # their stochastic draws: resample_kernel (residual.py)
 
     buf = None
     if logprobs is not None:
@@ -231,20 +275,43 @@ def rejection_sample(
                     lo, n, r, s, k, v, vd, v_eff,
                     HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
                 )
+                if masked:
+                    kernels.mask_stats_kernel[(hi - lo,)](
+                        target, req_of_row, idx, temp, tk, tp, mp,
+                        t_max, t_logsum, t_thr, t_cut,
+                        lo, n, r, s, v, v_eff,
+                        BLOCK_V=block, MASK_BLOCK=min(block, MASK_BLOCK), **launch,
+                    )
+            if block_mode:
+                kernels.block_tau_kernel[(b - a,)](
+                    target, draft, ids, pos_d, cu, idx, temp, seeds_d,
+                    t_max, t_logsum, d_max, d_logsum, t_thr, t_cut,
+                    sampled, tau, l_res,
+                    a, n, r, s, k, v, vd, v_eff, masked,
+                    HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
+                )
             kernels.verify_kernel[(b - a,)](
                 target, draft, ids, pos_d, cu, idx, temp, seeds_d,
-                t_max, t_logsum, t_arg, d_max, d_logsum,
+                t_max, t_logsum, t_arg, d_max, d_logsum, t_thr, t_cut, tau,
                 sampled, num_sampled,
-                a, n, r, s, k, v, vd, v_eff,
+                a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,
                 HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
             )
+            if defer:
+                kernels.resample_kernel[(b - a,)](
+                    target, draft, ids, pos_d, cu, idx, temp, seeds_d,
+                    t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, l_res,
+                    sampled, num_sampled,
+                    a, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),
+                    BLOCK_V=block, **launch,
+                )
             if buf is None:
                 continue
             for blo in range(lo, hi, cap):
                 bhi = min(blo + cap, hi)
                 kernels.log_softmax_kernel[(bhi - blo,)](
-                    target, buf, req_of_row, idx, temp,
-                    blo, n, r, s, v, processed,
+                    target, buf, req_of_row, idx, temp, t_thr, t_cut,
+                    blo, n, r, s, v, v_eff, processed, masked & processed,
                     BLOCK_V=block, **launch,
                 )
                 rows = torch.arange(blo, bhi, device=device)
@@ -272,6 +339,8 @@ class TritonSampler:
     supports_chunking = True
     streams = "spec"
     memory_stats = True  # extras["max_buffer_rows"] is reported
+    verification_methods = frozenset({"token", "block"})
+    sampling_params = frozenset({"min_p", "top_k", "top_p"})
 
     def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,
                  device=None):
@@ -308,6 +377,10 @@ class TritonSampler:
             x = torch.from_numpy(np.array(a, copy=True))
             return x.to(device=dev, dtype=dt) if dt is not None else x.to(dev)
 
+        # A parameter that is off for every state is not sent: such a batch takes the unmasked path.
+        params = {name: t(a, dt) for name, dt, off in (("top_k", torch.int32, 0), ("top_p", torch.float32, 1),
+                                                       ("min_p", torch.float32, 0))
+                  if (a := getattr(batch, name)) is not None and (np.asarray(a) != off).any()}
         info = {}
         sampled, num_sampled, lp = rejection_sample(
             t(batch.target_logits, dtype),
@@ -325,6 +398,8 @@ class TritonSampler:
             block_v=self.block_v,
             cu_num_logits_host=np.asarray(batch.cu_num_logits),
             info=info,
+            verification=batch.verification,
+            **params,
         )
         logprobs = None
         if lp is not None:

@@ -1,0 +1,121 @@
+"""SPEC section 4b's block verification of one stochastic request (Triton, plain `tl`).
+
+`block_tau_kernel` (one program per request, launched for block batches only, before
+`verify_kernel`) calls `_block_tau`, which walks the
+verified steps i < m (m: the first padded draft, a draft id outside [0, V') counting as padded)
+in order, with scalar loads of the row statistics:
+
+    log P_i = min(log P_{i-1} + log p_i(d_i) - log q_i(d_i), 0)   (one-hot: log q = 0),
+              -inf when p_i(d_i) = 0 or P_{i-1} = 0;
+    h_i     = Z_{i+1} / (Z_{i+1} + 1 - P_i), 1 when that is 0 / 0  (i + 1 < m),
+              P_i                                                    (i + 1 == m);
+    tau     = the last i + 1 with log u_i <= log h_i (0 when none),
+
+with 1 - P = -expm1(log P) (Kahan's expm1: accurate when P is near 1) and Z_{i+1} =
+sum_x max(P_i p_{i+1}(x) - q_{i+1}(x), 0): for model drafts one pass over row i + 1's target and
+draft logits (`_block_z`, BLOCK_V / 2 lanes: no register spills with int64 scalars; the masks
+applied on load), for one-hot drafts P_i (1 - p_{i+1}(d_{i+1})) from scalar loads. It stores the accepted drafts d_0..d_{tau-1} and returns tau and
+log P_{tau-1} (0 for tau = 0), the scale of the model residual max(P_{tau-1} p - q, 0) that
+`resample_kernel`'s one resample pass (residual.py) draws from at row cu[r] + tau: two O(R) buffers. A separate
+kernel keeps the token-wise `verify_kernel` as it was (its registers, its compile time).
+
+Cost: model drafts pay one more pass over a target row and a draft row per verified step but the
+last; one-hot drafts none. Greedy requests and token-wise batches never enter it.
+"""
+
+import triton
+import triton.language as tl
+from triton.language.standard import _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
+
+TINY = tl.constexpr(4.6566127342e-10)
+NEG_INF = tl.constexpr(float("-inf"))
+BIG_INDEX = tl.constexpr(2147483647)
+STEP_BLOCK = tl.constexpr(16)
+
+
+@triton.jit
+def _block_z(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, l_scale, thr, cut, masked,
+             BLOCK_V: tl.constexpr):
+    """Z = sum over [0, n) of max(P p(x) - q(x), 0), log P = l_scale; p masked by (thr, cut)."""
+    offs = tl.arange(0, BLOCK_V)
+    acc = tl.zeros([BLOCK_V], tl.float32)
+    for start in range(0, n, BLOCK_V):
+        idx = start + offs
+        mask = idx < n
+        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        z = tl.where(z == z, z, NEG_INF)
+        if masked:
+            z = tl.where((z > thr) | ((z == thr) & (idx <= cut)), z, NEG_INF)
+        zq = tl.div_rn(tl.load(q_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        zq = tl.where(zq == zq, zq, NEG_INF)
+        term = tl.exp((z - m) - log_s + l_scale) - tl.exp((zq - q_m) - q_log_s)
+        acc += tl.where(mask & (term > 0.0), term, 0.0)
+    return tl.reduce(acc, 0, _SUM)
+
+
+@triton.jit
+def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
+               d_logsum_ptr, t_thr_ptr, t_cut_ptr, out_row, start, n, s, seed, t_div, K, V, Vd, Vp,
+               MASKED, HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
+    """(tau, log P_{tau-1}) of one stochastic request of n drafts at rows start.. (module docstring)."""
+    m = n
+    for kb in range(0, n, STEP_BLOCK):
+        i_vec = kb + tl.arange(0, STEP_BLOCK)
+        smask = i_vec < n
+        d = tl.load(draft_ids_ptr + start + i_vec + 1, mask=smask, other=-1)
+        m = tl.minimum(m, tl.reduce(tl.where(smask & ((d < 0) | (d >= Vp)), i_vec, BIG_INDEX), 0, _MIN))
+    l_p = tl.full([], 0.0, tl.float32)
+    l_res = tl.full([], 0.0, tl.float32)
+    tau = tl.zeros_like(m)
+    for i in range(0, m):
+        j = start + i
+        d = tl.minimum(tl.maximum(tl.load(draft_ids_ptr + j + 1), 0), Vp - 1)
+        zd = tl.div_rn(tl.load(target_ptr + j * V + d).to(tl.float32), t_div)
+        zd = tl.where(zd == zd, zd, NEG_INF)
+        if MASKED != 0:
+            thr = tl.load(t_thr_ptr + j)
+            zd = tl.where((zd > thr) | ((zd == thr) & (d <= tl.load(t_cut_ptr + j))), zd, NEG_INF)
+        lp_d = (zd - tl.load(t_max_ptr + j)) - tl.load(t_logsum_ptr + j)
+        ratio = lp_d
+        if HAS_DRAFT:
+            zq = tl.div_rn(tl.load(draft_ptr + (s * K + i) * Vd + d).to(tl.float32), t_div)
+            zq = tl.where(zq == zq, zq, NEG_INF)
+            ratio = lp_d - ((zq - tl.load(d_max_ptr + j)) - tl.load(d_logsum_ptr + j))
+        step = tl.minimum(l_p + ratio, 0.0)
+        l_p = tl.where((lp_d == NEG_INF) | (l_p == NEG_INF) | (step != step), NEG_INF, step)
+        log_h = l_p
+        if i + 1 < m:
+            j1 = j + 1
+            thr1 = tl.full([], NEG_INF, tl.float32)
+            cut1 = tl.full([], BIG_INDEX, tl.int32)
+            if MASKED != 0:
+                thr1 = tl.load(t_thr_ptr + j1)
+                cut1 = tl.load(t_cut_ptr + j1)
+            if HAS_DRAFT:
+                z_next = _block_z(target_ptr + j1 * V, draft_ptr + (s * K + i + 1) * Vd, Vp, t_div,
+                                  tl.load(t_max_ptr + j1), tl.load(t_logsum_ptr + j1), tl.load(d_max_ptr + j1),
+                                  tl.load(d_logsum_ptr + j1), l_p, thr1, cut1,
+                                  (thr1 != NEG_INF) | (cut1 != BIG_INDEX), BLOCK_V // 2)
+            else:
+                d1 = tl.minimum(tl.maximum(tl.load(draft_ids_ptr + j1 + 1), 0), Vp - 1)
+                z1 = tl.div_rn(tl.load(target_ptr + j1 * V + d1).to(tl.float32), t_div)
+                z1 = tl.where((z1 == z1) & ((z1 > thr1) | ((z1 == thr1) & (d1 <= cut1))), z1, NEG_INF)
+                a1 = tl.minimum((z1 - tl.load(t_max_ptr + j1)) - tl.load(t_logsum_ptr + j1), 0.0)
+                e1 = tl.exp(a1)  # 1 - p(d1) = -expm1(a1), Kahan
+                l1 = tl.where((e1 == 1.0) | (e1 == 0.0), 1.0, tl.log(e1))
+                z_next = tl.exp(l_p) * -tl.where(e1 == 1.0, a1, tl.where(e1 == 0.0, -1.0, (e1 - 1.0) * a1 / l1))
+            e = tl.exp(l_p)  # 1 - P = -expm1(log P), Kahan
+            le = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
+            one_m_p = -tl.where(e == 1.0, l_p, tl.where(e == 0.0, -1.0, (e - 1.0) * l_p / le))
+            den = z_next + one_m_p
+            log_h = tl.where(den > 0.0, tl.log(z_next) - tl.log(tl.where(den > 0.0, den, 1.0)), 0.0)
+        u = tl.maximum(tl.rand(seed, tl.load(pos_ptr + j)), TINY)
+        ok = tl.log(u) <= log_h
+        tau = tl.where(ok, i + 1, tau)
+        l_res = tl.where(ok, l_p, l_res)
+    for kb in range(0, tau, STEP_BLOCK):
+        i_vec = kb + tl.arange(0, STEP_BLOCK)
+        smask = i_vec < tau
+        tl.store(out_row + i_vec, tl.load(draft_ids_ptr + start + i_vec + 1, mask=smask, other=-1), mask=smask)
+    return tau, l_res
+

@@ -1,0 +1,77 @@
+"""The resample of batches with sampling parameters or block verification (Triton, plain `tl`).
+
+`resample_kernel` (kernels.py) draws, for such a batch, every stochastic request's token at row
+cu[r] + t with `_resample_masked`: SPEC 4's Gumbel-max argmax_x (log r(x) + G_x) of
+`kernels._resample` (the same noise, the same log-domain residual, the same fallback to p when
+the residual has no positive mass), with
+
+- p masked by the row's (thr, cut) (SPEC 2; masks.py): a masked token scores -inf in both
+  argmaxes, so it is never emitted;
+- the model residual of SPEC 4b, max(P p - q, 0) with log P = l_scale (0 token-wise): in the
+  log domain log r = log P + log p + log(1 - q / (P p)), and the constant log P is left out of the
+  score (it does not move the argmax); P p counts as 0 below the float64 range (LOG_P_MIN);
+- model or one-hot drafts decided at run time (`use_q`, `excl`), so one specialization serves
+  both.
+
+It is a separate function (and kernel) so that the token-wise `_resample` loop of batches
+without parameters stays as it was: the mask's registers pushed that loop past 128 registers per
+thread (register spills, or one resident block fewer per SM) on sm_80 / sm_100.
+"""
+
+import triton
+import triton.language as tl
+from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN  # see masks.py
+
+TINY = tl.constexpr(4.6566127342e-10)
+NEG_INF = tl.constexpr(float("-inf"))
+BIG_INDEX = tl.constexpr(2147483647)
+LOG_P_MIN = tl.constexpr(-744.0)
+
+
+@triton.jit
+def _resample_masked(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl, thr, cut, l_scale,
+                     BLOCK_V: tl.constexpr):
+    """argmax_x (log r(x) + G_x) over [0, n) of the masked p (see the module docstring)."""
+    offs = tl.arange(0, BLOCK_V)
+    best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_ri = tl.zeros_like(offs + n)  # the width of idx (see kernels._row_stats)
+    best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_pi = tl.zeros_like(offs + n)
+    p_min = LOG_P_MIN - l_scale
+    for start in range(0, n, BLOCK_V):
+        idx = start + offs
+        mask = idx < n
+        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        z = tl.where(z == z, z, NEG_INF)
+        mask = mask & ((z > thr) | ((z == thr) & (idx <= cut)))
+        log_p = (z - m) - log_s
+        v = tl.maximum(tl.rand(g, idx), TINY)
+        w = 1.0 - v
+        log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
+        gum = -tl.log(-log1m_v)
+        sp = log_p + gum
+        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+        zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
+        zq = tl.div_rn(zq.to(tl.float32), t_div)
+        zq = tl.where(zq == zq, zq, NEG_INF)
+        log_q = ((zq - q_m) - q_log_s) - l_scale  # log(q / P)
+        pos_mass = (log_p > log_q) & (log_p > p_min)
+        a = tl.where(pos_mass, log_q - log_p, -1.0)
+        e = tl.exp(a)
+        log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
+        em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
+        sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
+        sr = tl.where(use_q, sq, tl.where(idx == excl, NEG_INF, sp))
+        sr = tl.where(mask & (sr == sr), sr, NEG_INF)
+        up = sp > best_p
+        best_p = tl.where(up, sp, best_p)
+        best_pi = tl.where(up, idx, best_pi)
+        ur = sr > best_r
+        best_r = tl.where(ur, sr, best_r)
+        best_ri = tl.where(ur, idx, best_ri)
+    mp = tl.reduce(best_p, 0, _MAX)
+    ip = tl.reduce(tl.where(best_p == mp, best_pi, BIG_INDEX), 0, _MIN)
+    mr = tl.reduce(best_r, 0, _MAX)
+    ir = tl.reduce(tl.where(best_r == mr, best_ri, BIG_INDEX), 0, _MIN)
+    tok = tl.where(mr > NEG_INF, ir, ip)
+    return tl.where((tok >= 0) & (tok < n), tok, 0)
