@@ -214,8 +214,10 @@ MUTANTS: list[Mutant] = [
         "Chunk offsets not rebased: the verify kernel of every chunk gets request offset 0, so it re-verifies "
         "the first requests and never the chunk's own.",
         TRITON,
-        {"sampler.py": [("                a, n, r, s, k, v, vd, v_eff, masked, block_mode,\n",
-                         "                0, n, r, s, k, v, vd, v_eff, masked, block_mode,  # MUTANT: offset not rebased\n")]},
+        {"sampler.py": [("                a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,\n",
+                         "                0, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,  # MUTANT: offset not rebased\n"),
+                        ("                    a, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),\n",
+                         "                    0, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),  # MUTANT\n")]},
         killers=("chunked_equals_full",),
     ),
     Mutant(
@@ -294,8 +296,11 @@ MUTANTS: list[Mutant] = [
         TRITON,
         _k(("d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)",
             "d = tl.load(draft_ids_ptr + j_vec, mask=smask, other=-1)  # MUTANT: j, not j + 1"),
-           ("d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)",
-            "d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT")),
+           ("    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)",
+            "    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT"),
+           ("        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)\n        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
+            "        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT (resample_kernel)\n"
+            "        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr")),
         killers=("output_invariants", "greedy_chain"),
     ),
     Mutant(
@@ -321,8 +326,10 @@ MUTANTS: list[Mutant] = [
         "Bonus token drawn from the wrong row: cu[r + 1] (the next request's first row) instead of "
         "cu[r + 1] - 1.",
         TRITON,
-        _k(("jt = tl.minimum(tl.maximum(start + t, 0), N - 1)",
-            "jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT")),
+        _k(("    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n    if greedy:",
+            "    jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n    if greedy:"),
+           ("        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n        has_d",
+            "        jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n        has_d")),
         killers=("greedy_chain", "certified_equivalence"),
     ),
     Mutant(
@@ -435,7 +442,10 @@ MUTANTS: list[Mutant] = [
         "Padded (-1) model drafts resampled from max(p - q, 0) with the q of a step that proposed nothing "
         "(measured vLLM MRV2 behaviour; SPEC 4 resamples from p).",
         TRITON,
-        _k(("ok_t = has_d & (d_t >= 0) & (d_t < Vp)", "ok_t = has_d  # MUTANT: padded drafts use q")),
+        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        g = tl.randint",
+            "        ok_t = has_d  # MUTANT: padded drafts use q\n        g = tl.randint"),
+           ("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
+            "        ok_t = has_d  # MUTANT: padded drafts use q (resample_kernel)\n        thr")),
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -483,6 +493,145 @@ MUTANTS: list[Mutant] = [
         TRITON,
         {"logprobs.py": [("ranks = (lp > tok_lp).sum(dim=1).to(torch.int64) + 1",
                           "ranks = (lp >= tok_lp).sum(dim=1).to(torch.int64) + 1  # MUTANT")]},
+        killers=("certified_equivalence",),
+    ),
+    # -- block verification (SPEC section 4b) ---------------------------------------------------
+    Mutant(
+        "block_verified_token_wise",
+        "A 'block' path that verifies token by token (vllm-ascend #7807 / #7808): the sampler declares block "
+        "verification, takes use_block_verification, and runs the token-wise rule and residual.",
+        TRITON,
+        {"sampler.py": [('block_mode = int(verification == "block")',
+                         "block_mode = 0  # MUTANT: block batches verified token by token")]},
+        killers=("certified_equivalence", "distribution_block_sequences"),
+    ),
+    Mutant(
+        "block_no_rescue",
+        "tau taken as the first step with u_i > h_i (the token-wise stopping rule) instead of the last step "
+        "with u_i <= h_i: a later step never rescues the block.",
+        TRITON,
+        {"block.py": [("tau = tl.where(ok, i + 1, tau)",
+                       "tau = tl.where(ok & (tau == i), i + 1, tau)  # MUTANT: no rescue"),
+                      ("l_res = tl.where(ok, l_p, l_res)", "l_res = tl.where(ok & (tau == i + 1), l_p, l_res)")]},
+        killers=("certified_equivalence", "block_closed_forms"),
+    ),
+    Mutant(
+        "block_unscaled_residual",
+        "The block's resample residual taken as max(p - q, 0) (the token-wise one) instead of "
+        "max(P_{tau-1} p - q, 0) after a partly accepted block.",
+        TRITON,
+        _k(("l_scale = tl.load(l_res_ptr + r)", "l_scale = tl.full([], 0.0, tl.float32)  # MUTANT: P = 1")),
+        killers=("certified_equivalence", "output_invariants"),
+    ),
+    Mutant(
+        "block_padded_draft_read_as_token",
+        "A -1 placeholder read as a token in block mode (vLLM #50939): a padded draft does not end the block, "
+        "its id is clamped to token 0 and the placeholder is emitted as accepted.",
+        TRITON,
+        {"block.py": [("((d < 0) | (d >= Vp)), i_vec, BIG_INDEX), 0, _MIN))",
+                       "(d >= Vp), i_vec, BIG_INDEX), 0, _MIN))  # MUTANT: -1 not a padded draft")]},
+        killers=("output_invariants", "certified_equivalence"),
+    ),
+    Mutant(
+        "block_nan_prefix_accepts",
+        "p(d) = q(d) = 0 makes vLLM's prefix ratio NaN and tl.minimum(NaN, 0) returns 0, so P = 1 and the "
+        "block accepts a draft the target excludes (SPEC 4b: P = 0 there).",
+        TRITON,
+        {"block.py": [("l_p = tl.where((lp_d == NEG_INF) | (l_p == NEG_INF) | (step != step), NEG_INF, step)",
+                       "l_p = tl.where(ratio != ratio, 0.0, tl.where((lp_d == NEG_INF) | (l_p == NEG_INF) | (step != step), "
+                       "NEG_INF, step))  # MUTANT: a NaN ratio (p = q = 0) read as P = 1")]},
+        killers=("output_invariants", "certified_equivalence"),
+        note="tl.minimum (propagate_nan NONE: minnum) returns the number beside a NaN, in the interpreter "
+             "(np.fmin) as on the GPU, so the step is already 0 there: the patch tests the ratio itself for NaN.",
+    ),
+    Mutant(
+        "block_h_is_P",
+        "The acceptance threshold h_i taken as P_i at every step (Z_{i+1} / (Z_{i+1} + 1 - P_i) not computed).",
+        TRITON,
+        {"block.py": [("log_h = tl.where(den > 0.0, tl.log(z_next) - tl.log(tl.where(den > 0.0, den, 1.0)), 0.0)",
+                       "log_h = l_p  # MUTANT: h_i = P_i")]},
+        killers=("certified_equivalence", "block_closed_forms"),
+    ),
+    Mutant(
+        "block_z_unscaled",
+        "Z_{i+1} summed as max(p - q, 0) over the next row (P_i left out of the residual mass) with model drafts.",
+        TRITON,
+        {"block.py": [("tl.load(d_logsum_ptr + j1), l_p, thr1, cut1,",
+                       "tl.load(d_logsum_ptr + j1), 0.0, thr1, cut1,  # MUTANT: P_i = 1 in Z")]},
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "block_one_hot_prefix_not_cumulative",
+        "One-hot drafts with a wrong cumulative product (vllm-ascend #7603): P_i = p_i(d_i) of the step alone "
+        "instead of the product over the prefix.",
+        TRITON,
+        {"block.py": [("step = tl.minimum(l_p + ratio, 0.0)",
+                       "step = tl.minimum(ratio + (l_p if HAS_DRAFT else 0.0), 0.0)  # MUTANT: one-hot P not cumulative")]},
+        killers=("certified_equivalence", "block_closed_forms"),
+    ),
+    # -- sampling parameters (SPEC section 2) ---------------------------------------------------
+    Mutant(
+        "top_p_ignored",
+        "Top-p not applied in verification (mlc-llm #2940): min-p and top-k masks are, the top-p search is skipped.",
+        TRITON,
+        {"masks.py": [("    if top_p < 1.0:\n        key, w, target, ties",
+                       "    if top_p > 1.0:  # MUTANT: top-p ignored\n        key, w, target, ties")]},
+        killers=("certified_equivalence", "output_invariants"),
+    ),
+    Mutant(
+        "top_k_drops_ties",
+        "Top-k kept strictly above the k-th value: the k-th token and every token tied with it masked "
+        "(SPEC 2: ties at the k-th value kept).",
+        TRITON,
+        {"masks.py": [("        lo = tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True))\n",
+                       "        lo = tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True))\n"
+                       "        cut = tl.full([], -1, tl.int32)  # MUTANT: z > k-th value only\n")]},
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "top_p_keeps_boundary_ties",
+        "Every token tied with the top-p boundary value kept (SPEC 2: ties ordered by token id, kept while the "
+        "mass before them is below top_p).",
+        TRITON,
+        {"masks.py": [("        if keep < ties:\n", "        if keep < 0:  # MUTANT: all boundary ties kept\n")]},
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "min_p_before_temperature",
+        "Min-p threshold taken on softmax(logits) instead of softmax(logits / T) (the processing order of "
+        "SPEC 2: temperature first).",
+        TRITON,
+        {"masks.py": [("tl.minimum(m + tl.log(min_p), m), NEG_INF)",
+                       "tl.minimum(m + tl.log(min_p) * t_div, m), NEG_INF)  # MUTANT: before temperature")]},
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "masks_on_bonus_row_only",
+        "Sampling parameters applied to the bonus row only, skipped on verified rows as 'argmax-invariant' "
+        "(vLLM #42744): acceptance and resampling use the unmasked p.",
+        TRITON,
+        _k(("    if temp != 0.0:\n        min_p = tl.load(min_p_ptr + s)",
+            "    bonus = (j == N - 1) | (tl.load(req_of_row_ptr + tl.minimum(j + 1, N - 1)).to(tl.int64) != r)"
+            "  # MUTANT\n    if (temp != 0.0) & bonus:\n        min_p = tl.load(min_p_ptr + s)")),
+        killers=("certified_equivalence", "output_invariants"),
+    ),
+    Mutant(
+        "processed_logprobs_unmasked",
+        "Processed logprobs of the unmasked row: the masks reach the sampling but not the returned logprobs.",
+        TRITON,
+        {"sampler.py": [("blo, n, r, s, v, v_eff, processed, masked & processed,",
+                         "blo, n, r, s, v, v_eff, processed, 0,  # MUTANT: logprobs unmasked")]},
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "top_p_before_min_p_top_k",
+        "Top-p computed over the whole row and intersected with min-p and top-k, instead of over the tokens "
+        "they leave (SPEC 2's order: min-p, then top-k, then top-p).",
+        TRITON,
+        {"masks.py": [("_radix_select(row_ptr, n, t_div, lo, m, top_k, top_p, True, MB)",
+                       "_radix_select(row_ptr, n, t_div, NEG_INF, m, top_k, top_p, True, MB)  # MUTANT"),
+                      ("        lo = (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, bitcast=True)",
+                       "        lo = tl.maximum(lo, (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, bitcast=True))")]},
         killers=("certified_equivalence",),
     ),
     # -- the reference (fast: the distribution campaigns run) --------------------------------------
