@@ -75,7 +75,9 @@ from .logprobs import emitted_tokens, row_logprobs
 DEFAULT_BLOCK_V = 1024
 NUM_WARPS = 4
 # Lanes of the radix-select passes of SPEC 2's masks (masks.py): per-lane [MASK_BLOCK, 16] bin
-# accumulators, 16 elements per thread at 4 warps (at most BLOCK_V).
+# accumulators, 16 elements per thread at 4 warps (at most BLOCK_V). Interpreted: BLOCK_V lanes (it
+# pays per tl operation, not per element). The lanes fix the order of the top-p mass sums: an
+# interpreted and a compiled sampler may round them apart (within SPEC 8's tolerance).
 MASK_BLOCK = 32
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -280,7 +282,7 @@ def rejection_sample(
                         target, req_of_row, idx, temp, tk, tp, mp,
                         t_max, t_logsum, t_thr, t_cut,
                         lo, n, r, s, v, v_eff,
-                        BLOCK_V=block, MASK_BLOCK=min(block, MASK_BLOCK), **launch,
+                        BLOCK_V=block, MASK_BLOCK=block if _interpreted() else min(block, MASK_BLOCK), **launch,
                     )
             if block_mode:
                 kernels.block_tau_kernel[(b - a,)](
