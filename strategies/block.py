@@ -49,7 +49,7 @@ GREEDY_MIX, NEAR_SHARE, DEN_ZERO_SHARE, ZERO_ZERO_SHARE, REACH_PAD_SHARE = 0.4, 
 BISECT_STEPS = 60
 # Partial blocks whose stopping step's residual is made P-sensitive (`_scaled_residual_row`), and the
 # range of q / p there on most tokens: above the prefix ratios in [0.5, 1) the partial pattern picks.
-SCALED_RESIDUAL_SHARE, SCALED_G = 0.6, (0.85, 0.97)
+SCALED_RESIDUAL_SHARE, SCALED_G = 0.9, (0.85, 0.97)
 PATTERN_WEIGHTS = (0.1, 0.45, 0.45)  # near, rescue, partial (the last two need two live steps)
 
 
@@ -76,10 +76,16 @@ def plant_block(rng, c: Contents) -> None:
     """The block tilts of the module docstring, each drawn for this batch (in place)."""
     if not c.stochastic:
         return
+    # p(d) = q(d) = 0 before the designation half the time: the designated request is often the
+    # only stochastic one with a second step, and its rows are protected once designated.
+    zero_zero = c.draft is not None and rng.random() < ZERO_ZERO_SHARE
+    early = zero_zero and rng.random() < 0.5
+    if early:
+        _zero_zero(rng, c)
     c.designate(rng)  # its rows are left to the rescue or partial block below
     if c.designated >= 0:
         c.protected.update(range(c.lo(c.designated), c.lo(c.designated) + c.n_r[c.designated] + 1))
-    if c.draft is not None and rng.random() < ZERO_ZERO_SHARE:
+    if zero_zero and not early:
         _zero_zero(rng, c)
     if rng.random() < DEN_ZERO_SHARE:
         _den_zero(rng, c)
@@ -89,7 +95,7 @@ def plant_block(rng, c: Contents) -> None:
     if c.designated >= 0:
         r = c.designated
         c.protected.difference_update(range(c.lo(r), c.lo(r) + c.n_r[r] + 1))
-        _near(rng, c, r, pattern=1 + int(rng.integers(2)))
+        _near(rng, c, r, pattern=1 + int(rng.random() < 0.75))
     if rng.random() < NEAR_SHARE:
         for r in c.stochastic:
             if r != c.designated:
