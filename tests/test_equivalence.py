@@ -2,13 +2,14 @@
 
 import pytest
 
+from conftest import budget
 from rs_verify.engine.runner import pytest_run
 
 
 @pytest.mark.parametrize("prop", ["chunked_equals_full", "blackbox_chunking", "batch_invariance", "determinism",
                                   "determinism_large_batch"])
 def test_equivalence(prop, sampler):
-    pytest_run(prop, sampler)
+    pytest_run(prop, sampler, base=budget(sampler))
 
 
 def test_the_compared_output_includes_cu_num_generated_tokens():

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from examples.broken_sampler import ChunkLocalCuSampler
+from conftest import budget
 from rs_verify.engine.runner import make_context, pytest_run, run
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties.invariants import check_output_invariants
@@ -13,7 +14,7 @@ from rs_verify.spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
 
 @pytest.mark.parametrize("prop", ["output_invariants", "greedy_chain"])
 def test_invariants(prop, sampler):
-    pytest_run(prop, sampler)
+    pytest_run(prop, sampler, base=budget(sampler))
 
 
 def _saturated_batch():

@@ -216,13 +216,14 @@ def _attach_reproducer(failure: Failure, ctx: Context, bundle_dir, reference_spe
                          f"or in Python:\n{replay.bundle_snippet(path, failure.kind)}")
 
 
-def pytest_run(name: str, sampler, reference=None) -> None:
+def pytest_run(name: str, sampler, reference=None, base: settings | None = None) -> None:
     """Run property `name` inside a pytest test: skip with the reason when it does not apply,
-    fail with the failure's text (the original exception chained) when it does not hold."""
+    fail with the failure's text (the original exception chained) when it does not hold.
+    `base`: the Hypothesis settings to start from (default: the context's profile)."""
     import pytest  # lazy: the engine is used outside pytest too (CLI, campaigns)
 
     prop = PROPERTIES[name]
-    outcome = run(prop, make_context(sampler, reference))
+    outcome = run(prop, make_context(sampler, reference), base)
     if outcome.status == "skipped":
         pytest.skip(outcome.reason)
     if outcome.failure is not None:
