@@ -7,6 +7,7 @@ an empty directory, the unchanged copy first (it must pass). Prints a Markdown t
 verdict, the failing properties and the wall time of each run.
 
     python benchmarks/plugin_defects.py [--profile ci] [--workers 2]
+    python benchmarks/plugin_defects.py --declared   # samplers declaring what they drop
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ def write_modules(where: Path) -> list[str]:
     return ["unchanged", *DEFECTS]
 
 
-def gate(module: str, where: Path, profile: str, workers: int) -> tuple[int, list[str], float]:
+def gate(module: str, where: Path, profile: str, workers: int, attr: str = "TorchSampler",
+         extra: tuple = ()) -> tuple[int, list[str], float]:
     run_dir = Path(tempfile.mkdtemp(prefix=f"gate-{module}-"))
-    cmd = [sys.executable, "-m", "pytest", "-p", "rs_verify", f"--rs-sampler={module}:TorchSampler",
-           "--rs-profile", profile, "-q", "-rf", "-p", "no:cacheprovider"] + (["-n", str(workers)] if workers else [])
+    cmd = [sys.executable, "-m", "pytest", "-p", "rs_verify", f"--rs-sampler={module}:{attr}",
+           "--rs-profile", profile, "-q", "-rf", "-p", "no:cacheprovider", *extra] + \
+        (["-n", str(workers)] if workers else [])
     env = {**os.environ, "PYTHONPATH": f"{where}{os.pathsep}{ROOT}"}
     start = time.perf_counter()
     out = subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True)
@@ -74,11 +77,34 @@ def gate(module: str, where: Path, profile: str, workers: int) -> tuple[int, lis
     return out.returncode, failed, time.perf_counter() - start
 
 
+# Samplers that declare block verification or top-p and drop it (examples/declared_defects.py),
+# beside the same wrapper doing nothing wrong; gated on the decision-comparing properties.
+DECLARED = {"Faithful": "none (the built-in Triton sampler, wrapped)",
+            "TokenWiseDeclaringBlock": "declares block verification, verifies every batch token by token",
+            "TopPIgnored": "declares top-p, ignores it"}
+DECLARED_PROPERTIES = "certified_equivalence or output_invariants"
+
+
+def declared(profile: str, workers: int) -> int:
+    print("| sampler | defect | verdict | failing properties | seconds |\n|---|---|---|---|---|")
+    wrong = 0
+    for attr, what in DECLARED.items():
+        rc, failed, secs = gate("examples.declared_defects", ROOT, profile, workers, attr, ("-k", DECLARED_PROPERTIES))
+        verdict = "passed" if rc == 0 else ("failed" if rc == 1 else f"error (exit {rc})")
+        wrong += (attr == "Faithful") != (rc == 0)
+        print(f"| `{attr}` | {what} | {verdict} | {', '.join(failed) or '-'} | {secs:.0f} |", flush=True)
+    return 1 if wrong else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="ci")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--declared", action="store_true",
+                    help=f"gate examples/declared_defects.py instead, on {DECLARED_PROPERTIES}")
     args = ap.parse_args()
+    if args.declared:
+        return declared(args.profile, args.workers)
     where = Path(tempfile.mkdtemp(prefix="plugin-defects-"))
     print("| sampler | defect | verdict | failing properties | seconds |\n|---|---|---|---|---|")
     wrong = 0

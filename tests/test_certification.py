@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, find, settings
 
 from mutants.catalogue import by_name
 from rs_verify.reference import ReferenceSampler, acceptance_uniforms
-from conftest import budget
+from conftest import CERTIFICATION_SHARE, budget
 from rs_verify.engine.runner import hypothesis_test, make_context, skip_reason
 from rs_verify.properties import PROPERTIES, PropertyFailure
 from rs_verify.properties.certification import DEFAULT_EPS, certify, compare_decisions, compare_logprobs
@@ -26,7 +26,7 @@ def test_certified_equivalence(sampler, reference):
     reason = skip_reason(prop, ctx)
     if reason:
         pytest.skip(reason)
-    hypothesis_test(prop, ctx, budget(sampler))()
+    hypothesis_test(prop, ctx, budget(sampler, CERTIFICATION_SHARE))()
     n, excused = ctx.stats["stochastic_decisions"], ctx.stats.get("excused", 0)
     assert n >= 100
     assert excused <= max(2, 0.01 * n), f"{excused} excused of {n} stochastic decisions"

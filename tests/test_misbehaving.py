@@ -71,7 +71,9 @@ def test_plugin_reports_each_misbehaviour(pytester, env, tmp_path, case):
     result.stdout.fnmatch_lines(["*rs-verify failure bundles*", f"rs-verify replay {bundles}*"])
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# The CLI twins of the plugin cases: a crash and a hang in the default run, the rest in the long run.
+@pytest.mark.parametrize("case", [c if c in ("segfault", "hang") else pytest.param(c, marks=pytest.mark.long)
+                                  for c in CASES])
 def test_cli_reports_each_misbehaviour(env, tmp_path, case):
     attr, prop, hangs, says, kind = CASES[case]
     extra = ["--timeout", str(TIMEOUT)] if hangs else []
