@@ -26,7 +26,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # long run: `RS_VERIFY_FULL=1 pytest -n 2`); on CUDA the tests always take it.
 # Certification keeps a quarter (its run must compare at least 100 stochastic decisions); the
 # other properties an eighth (5 of 40). Tests marked `long` (a fixed campaign of large batches on
-# the interpreted sampler, CLI twins of plugin tests) run in the long run only.
+# the interpreted sampler, CLI twins of plugin tests, end-to-end runs covered by lighter tests)
+# run in the long run only.
 TRITON_SHARE, CERTIFICATION_SHARE = 0.125, 0.25
 LONG_RUN = bool(os.environ.get("RS_VERIFY_FULL"))
 

@@ -224,6 +224,7 @@ def test_cli_unusable_baseline_is_a_usage_error(spec, reason):
     assert reason in " ".join(out.stdout.split()), out.stdout
 
 
+@pytest.mark.long  # long run: the plugin twin test_plugin_exact_passes_and_certified_needs_the_campaigns runs by default
 def test_cli_certified_mode_requires_the_distribution_campaigns():
     campaigns = [n for n, p in PROPERTIES.items() if p.family == "distribution"]
     alone = _cli("--sampler", "reference", "--baseline", "reference", "--baseline-mode", "certified",

@@ -54,6 +54,7 @@ def test_check_writes_table_report_and_plots(tmp_path):
     assert not (report / "bundles").exists()  # nothing failed, no bundle
 
 
+@pytest.mark.long  # long run: the pool itself: test_a_dead_worker_fails_only_its_property_and_is_replaced runs by default
 def test_check_on_worker_processes_reports_a_failure_like_one_process(tmp_path):
     """`--jobs 2`: properties run on two worker processes; a failure still prints its record,
     writes its bundle and sets the exit status, and the table keeps the registry order."""

@@ -57,6 +57,7 @@ def test_one_item_per_property_in_registry_order(gate):
     assert ids == [f"rs-verify::{name}" for name in PROPERTIES]
 
 
+@pytest.mark.long  # long run: tests/test_examples.py runs the example sampler's properties by default
 def test_torch_sampler_passes_the_library(gate):
     """A subset on two xdist workers (the full library: see README; ~1 min on 2 CPU cores)."""
     pytest.importorskip("xdist")

@@ -139,6 +139,7 @@ def test_every_mutant_is_a_sampler_spec():
         load_sampler("mutants.samplers:no_such_mutant")
 
 
+@pytest.mark.long  # long run: the campaign machinery, not a gate property
 def test_a_failing_control_voids_that_property_for_its_mutants():
     """A control is the unpatched build: a property failing on it (here: the reference built
     without validation fails rejects_bad_input) would 'kill' every mutant of that build for a
