@@ -46,6 +46,7 @@ def test_check_writes_table_report_and_plots(tmp_path):
     assert doc["summary"] == {"passed": 2, "failed": 0, "skipped": 0, "xfailed": 0}
     assert doc["meta"]["sampler"] == "reference" and doc["meta"]["profile"] == "dev"
     closed = doc["results"][0]
+    assert closed["sent"] == {}  # the reference's closed-form campaign is token-wise, without sampling parameters
     assert closed["fits"] and all(0.0 <= f["pvalue"] <= 1.0 for f in closed["fits"])
     md = (report / "report.md").read_text()
     assert "| property | status | examples | excused | failures | time (s) |" in md

@@ -209,3 +209,66 @@ def test_an_isolated_sampler_is_seen_exactly_as_in_process(tmp_path, monkeypatch
     assert there == here.replace(spec="declaring:Declaring") and there.block_v == 32 and there.has_unvalidated
     assert make_context(child, profile="ci").batch_kwargs == make_context(load_sampler("declaring:Declaring"),
                                                                           profile="ci").batch_kwargs
+
+
+# -- what a run exercised (SPEC sections 2 and 4b) ---------------------------------------
+
+
+class _Refuses(TorchSampler):
+    """Refuses every block-verified batch (as a bad input); answers the rest."""
+
+    name = "refuses-block"
+    verification_methods = {"token", "block"}
+    sampling_params = {"min_p", "top_k", "top_p"}
+
+    def __call__(self, batch, **kw):
+        if batch.verification == "block":
+            raise ValueError("verification: block is refused here")
+        return super().__call__(batch.replace(top_k=None, top_p=None, min_p=None), **kw)
+
+
+def test_only_answered_batches_count_as_exercised():
+    """A block batch the sampler refused (a bad input must be refused) exercised nothing; the
+    answered ones are counted per feature, and a declared feature never answered is said so."""
+    from hypothesis import HealthCheck, find, settings
+
+    from rs_verify.harness.guards import observed_call
+    from rs_verify.harness.handle import SamplerUnderTest
+    from rs_verify.strategies.batches import spec_batches
+
+    block = find(spec_batches(verifications=("block",), sampling_params=("top_p",)),
+                 lambda b: set(b.exercises()) == {"block", "top_p"},
+                 settings=settings(database=None, derandomize=True, suppress_health_check=list(HealthCheck)))
+    handle = SamplerUnderTest(_Refuses())
+    with pytest.raises(ValueError):
+        observed_call(handle, block)
+    assert handle.calls == 1 and handle.sent == {}
+    observed_call(handle, block.replace(verification="token"))
+    assert handle.calls == 2 and handle.sent == {"top_p": 1}
+    lines = handle.record.exercised([handle.sent, {"top_p": 2, "min_p": 1}])
+    assert lines == ["block verification (SPEC section 4b): declared, but no batch with it was answered in this run",
+                     "min-p (SPEC section 2): 1 batches, in 1 property",
+                     "top-k (SPEC section 2): declared, but no batch with it was answered in this run",
+                     "top-p (SPEC section 2): 3 batches, in 2 properties"]
+    assert record_of(TorchSampler()).exercised([{"block": 5}]) == []  # declared nothing of 2 / 4b: nothing to say
+
+
+def test_check_and_plugin_say_what_they_exercised(tmp_path):
+    """`rs-verify check` and the plugin both list block verification and the three parameters
+    with the number of batches the sampler answered (the reference declares all four)."""
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    check = subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", "check", "--sampler", "reference",
+                            "--only", "output_invariants", "--profile", "ci", "--device", "cpu", "--no-bundles"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    plugin = subprocess.run([sys.executable, "-m", "pytest", "-p", "rs_verify", "--rs-sampler=reference",
+                             "--rs-profile", "ci", "--rs-device", "cpu", "-k", "output_invariants", "-q",
+                             "-p", "no:cacheprovider"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)
+    for out, heading in ((check, "exercised (batches the sampler answered):"),
+                         (plugin, "rs-verify: exercised (batches the sampler answered)")):
+        text = out.stdout + out.stderr
+        assert out.returncode == 0 and heading in text, text
+        for what in ("block verification (SPEC section 4b)", "min-p (SPEC section 2)", "top-k (SPEC section 2)",
+                     "top-p (SPEC section 2)"):
+            line = next((x for x in text.splitlines() if what in x), "")
+            assert line.endswith("in 1 property") and int(line.split(": ")[1].split()[0]) > 0, text

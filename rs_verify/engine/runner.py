@@ -169,7 +169,7 @@ def run(prop: Property, ctx: Context, base: settings | None = None, *, bundle_di
     start = time.perf_counter()
     failure = None
     outer = ctx.sampler
-    calls = 0
+    calls, sent = 0, {}
     try:
         # An isolated sampler gets a fresh child for this property (closed at the end); the handle
         # over it counts the property's calls of the sampler (and of its unvalidated variant).
@@ -178,12 +178,13 @@ def run(prop: Property, ctx: Context, base: settings | None = None, *, bundle_di
             try:
                 hypothesis_test(prop, ctx, base, capture)()
             finally:
-                calls = ctx.sampler.calls
+                calls, sent = ctx.sampler.calls, ctx.sampler.sent
     except (Exception, SamplerDied) as exc:  # noqa: BLE001 - turned into a Failure record, never swallowed
         failure = failure_record(prop, ctx, exc, capture)
     finally:
         ctx.sampler = outer
     ctx.stats["sampler_calls"] = calls
+    ctx.stats["sent"] = sent  # calls per feature of SPEC 2 / 4b (`SpecBatch.exercises`): what the run exercised
     if failure is None and not prop.self_check and not ctx.stats["sampler_calls"]:
         # No property passes a sampler it never called.
         failure = Failure(property=prop.name, sampler=describe(ctx.sampler), kind=ERROR, replayable=False,

@@ -127,7 +127,7 @@ def cmd_check(args) -> int:
             results.append(res)
             _print_outcome(console, i, len(props), res)
     _print_summary(console, args.sampler, results)
-    _print_not_exercised(console, sampler)
+    _print_exercised(console, sampler, results)
     missing = False
     if baseline:
         timing = next((r.stats.get("timing_table") for r in results if r.name == "baseline_speed"), None)
@@ -174,8 +174,13 @@ def _status(res) -> str:
     return "XPASS(strict)" if res.failure is not None and res.failure.kind == XPASS else res.status
 
 
-def _print_not_exercised(console, sampler) -> None:
-    missing = record_of(sampler).not_exercised()
+def _print_exercised(console, sampler, results) -> None:
+    record = record_of(sampler)
+    done = record.exercised([r.stats.get("sent", {}) for r in results])
+    if done:
+        console.print("\n".join(["exercised (batches the sampler answered):", *("  " + d for d in done)]),
+                      markup=False, highlight=False)
+    missing = record.not_exercised()
     if missing:
         console.print("not exercised (declared away by the sampler, SPEC section 10): " + "; ".join(missing),
                       markup=False)

@@ -38,6 +38,7 @@ DEFAULT_REFERENCE = "reference"
 BUNDLE_PROPERTY = "rs_verify_bundle"  # user_properties key of a report's bundle path
 SELF_CHECK_PROPERTY = "rs_verify_self_check"  # user_properties key: the item checks the suite, not the sampler
 SELF_REPORTED_PROPERTY = "rs_verify_self_reported"  # user_properties key: what the item took on trust
+SENT_PROPERTY = "rs_verify_sent"  # user_properties key: answered calls per feature of SPEC 2 / 4b
 
 MARKERS = {
     "gpu": "needs a CUDA device; skipped cleanly without one",
@@ -256,6 +257,8 @@ class PropertyItem(pytest.Item):
         self.user_properties.append(("rs_verify_examples", outcome.examples))
         if outcome.excused:
             self.user_properties.append(("rs_verify_excused", outcome.excused))
+        if outcome.stats.get("sent"):
+            self.user_properties.append((SENT_PROPERTY, dict(outcome.stats["sent"])))
         if outcome.status == "skipped":
             # Reported at the item (rs-verify::<property>), not at this line of the plugin.
             raise pytest.skip.Exception(f"{self.prop_name}: {outcome.reason}", _use_item_location=True)
@@ -361,9 +364,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         from ..harness.record import record_of  # lazy: see the note at the top
 
         try:
-            missing = record_of(gate.sampler()).not_exercised()
+            record = record_of(gate.sampler())
         except BaseException:  # noqa: BLE001 - a sampler that cannot load was reported on every item
-            missing = []
+            record = None
+        sent = [_properties(r).get(SENT_PROPERTY, {}) for status in ("passed", "failed", "xfailed")
+                for r in _gate_reports(terminalreporter, status) if r.when == "call"]
+        done = record.exercised(sent) if record is not None else []
+        if done:
+            terminalreporter.section("rs-verify: exercised (batches the sampler answered)")
+            for what in done:
+                terminalreporter.write_line(what)
+        missing = record.not_exercised() if record is not None else []
         if missing:
             terminalreporter.section("rs-verify: not exercised (declared away by the sampler)")
             for what in missing:

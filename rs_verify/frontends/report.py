@@ -100,6 +100,7 @@ def result_record(result) -> dict:
         "self_check": bool(getattr(result, "self_check", False)),
         "bundles": [str(b) for b in getattr(result, "bundles", [])],
         "fits": [fit_record(f) for f in (getattr(result, "stats", {}) or {}).get("fits", [])],
+        "sent": dict((getattr(result, "stats", {}) or {}).get("sent", {})),  # answered batches per SPEC 2 / 4b feature
     }
     if batch is not None:
         rec["failing_batch"] = batch.summary()

@@ -55,15 +55,21 @@ class CallReport:
 def observed_call(sampler, batch: SpecBatch, kwargs: dict | None = None, *, reseed: int | None = None):
     """Call `sampler(batch, **kwargs)` under the checks above; return `(output, CallReport)`.
 
-    A `SamplerUnderTest` counts the call; an isolated sampler (a `RemoteSampler`) runs the checks
-    in its own process.
+    A `SamplerUnderTest` counts the call, and what the batch exercised once the sampler answered
+    it (a batch it rejected, as a bad input must be, exercised nothing); an isolated sampler (a
+    `RemoteSampler`) runs the checks in its own process.
     """
-    if isinstance(sampler, SamplerUnderTest):
-        sampler.count_call()
-        sampler = sampler.obj
+    handle = sampler if isinstance(sampler, SamplerUnderTest) else None
+    if handle is not None:
+        handle.count_call()
+        sampler = handle.obj
     if isinstance(sampler, RemoteSampler):
-        return sampler.observed_call(batch, dict(kwargs or {}), reseed=reseed)
-    return local_call(sampler, batch, dict(kwargs or {}), reseed=reseed)
+        answer = sampler.observed_call(batch, dict(kwargs or {}), reseed=reseed)
+    else:
+        answer = local_call(sampler, batch, dict(kwargs or {}), reseed=reseed)
+    if handle is not None:
+        handle.count_answered(batch)
+    return answer
 
 
 def local_call(sampler, batch: SpecBatch, kwargs: dict, *, reseed: int | None = None):

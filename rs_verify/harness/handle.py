@@ -2,13 +2,18 @@
 
 A property never holds a bare sampler: the context gives it a `SamplerUnderTest`, which
 pairs the object (a sampler in this process, or an isolated sampler whose child runs it)
-with its `SamplerRecord` and counts the calls made through it. The runner reads that count
-to refuse a pass by a property that never called the sampler; calls of other samplers (the
-reference, a baseline) are not counted.
+with its `SamplerRecord` and counts the calls made through it, and how many of the batches
+sent had block verification or each sampling parameter on (`sent`, `SpecBatch.exercises`).
+The runner reads the count to refuse a pass by a property that never called the sampler, and
+the front ends the tally to say what a run exercised; calls of other samplers (the reference,
+a baseline) are not counted.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
+from ..spec.batch import EXERCISED, SpecBatch
 from .record import SamplerRecord, record_of
 
 
@@ -24,30 +29,43 @@ class RemoteSampler:
 
 
 class SamplerUnderTest:
-    """`obj` with its record (built by `record_of` unless given) and a count of calls (`calls`).
+    """`obj` with its record (built by `record_of` unless given), a count of calls (`calls`) and
+    of the calls whose batch exercised each of `EXERCISED` (`sent`).
 
     It is called through `guards.observed_call` (properties: `assertions.call`), which counts the
     call. Variants made by `unvalidated()` share the count: a property that calls only the
     unvalidated copy still called the sampler.
     """
 
-    def __init__(self, obj, record: SamplerRecord | None = None, *, _counter: list | None = None):
+    def __init__(self, obj, record: SamplerRecord | None = None, *, _tally: Counter | None = None):
         if isinstance(obj, SamplerUnderTest):
             obj, record = obj.obj, record or obj.record
         self.obj = obj
         self.record = record if record is not None else record_of(obj)
-        self._counter = _counter if _counter is not None else [0]
+        self._tally = _tally if _tally is not None else Counter()
 
     @property
     def calls(self) -> int:
-        return self._counter[0]
+        return self._tally["calls"]
+
+    @property
+    def sent(self) -> dict[str, int]:
+        """Answered calls whose batch exercised each of `EXERCISED` (only those with at least one)."""
+        return {k: self._tally[k] for k in EXERCISED if self._tally[k]}
 
     @property
     def name(self) -> str:
         return self.record.name
 
     def count_call(self) -> None:
-        self._counter[0] += 1
+        self._tally["calls"] += 1
+
+    def count_answered(self, batch: SpecBatch) -> None:
+        """Count what `batch`, which the sampler answered, exercised."""
+        try:  # a malformed batch (the bad-input properties send them) exercises nothing
+            self._tally.update(batch.exercises())
+        except Exception:  # noqa: BLE001
+            pass
 
     def with_object(self, obj) -> "SamplerUnderTest":
         """The same record over another object (a fresh child of an isolated sampler), counting anew."""
@@ -57,7 +75,7 @@ class SamplerUnderTest:
         """The sampler's unvalidated variant (SPEC section 10), sharing this handle's call count."""
         if not self.record.has_unvalidated:
             raise AttributeError(f"sampler {self.name} offers no unvalidated()")
-        return SamplerUnderTest(self.obj.unvalidated(), self.record, _counter=self._counter)
+        return SamplerUnderTest(self.obj.unvalidated(), self.record, _tally=self._tally)
 
     def __repr__(self) -> str:
         return f"SamplerUnderTest({self.obj!r})"

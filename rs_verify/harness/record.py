@@ -21,10 +21,12 @@ import sys
 import types
 from dataclasses import asdict, dataclass, field, fields
 
-from ..spec.batch import DRAFT_MODES, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS
+from ..spec.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS
 from . import device
 
 STREAMS = ("spec", "own")
+EXERCISED_NAMES = {"block": "block verification (SPEC section 4b)", "min_p": "min-p (SPEC section 2)",
+                   "top_k": "top-k (SPEC section 2)", "top_p": "top-p (SPEC section 2)"}
 DECLARED_INTERPRETED = "declared"
 SUITE_INTERPRETED = "the suite runs its Triton kernels through the interpreter (no usable CUDA device)"
 
@@ -123,6 +125,25 @@ class SamplerRecord:
                        f"{sorted(self.sampling_params)})")
         if self.interpreted_why == SUITE_INTERPRETED:
             out.append(f"the distribution campaigns: {SUITE_INTERPRETED}")
+        return out
+
+    def exercised(self, sent: list[dict]) -> list[str]:
+        """One line for each of `EXERCISED` that the sampler declares: how many of the batches it
+        answered carried it, over the properties whose `sent` tallies are given (one dict per
+        property, `SamplerUnderTest.sent`), or that none did (its properties were skipped or
+        deselected, or failed before sending one)."""
+        declared = {"block": "block" in self.verification_methods, **{p: p in self.sampling_params for p in SAMPLING_PARAMS}}
+        out = []
+        for what in EXERCISED:
+            if not declared[what]:
+                continue
+            calls = sum(int(t.get(what, 0)) for t in sent)
+            props = sum(1 for t in sent if t.get(what))
+            if calls:
+                out.append(f"{EXERCISED_NAMES[what]}: {calls} batches, in {props} "
+                           f"propert{'y' if props == 1 else 'ies'}")
+            else:
+                out.append(f"{EXERCISED_NAMES[what]}: declared, but no batch with it was answered in this run")
         return out
 
     # -- crossing a process boundary ----------------------------------------------------

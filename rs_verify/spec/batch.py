@@ -15,6 +15,7 @@ LOGPROBS_MODES = ("raw", "processed")
 DRAFT_MODES = ("model", "one_hot")  # draft logits, or None (one-hot drafts: n-gram, suffix, ...)
 VERIFICATION_METHODS = ("token", "block")  # SPEC sections 4 and 4b
 SAMPLING_PARAMS = ("min_p", "top_k", "top_p")  # SPEC section 2, in the order they mask
+EXERCISED = ("block", *SAMPLING_PARAMS)  # what `SpecBatch.exercises` reports
 
 ARRAY_FIELDS = (
     "target_logits",
@@ -145,6 +146,21 @@ class SpecBatch:
         except (IndexError, TypeError, ValueError):
             pass
         return tuple(out)
+
+    def exercises(self) -> tuple[str, ...]:
+        """What of SPEC sections 2 and 4b this batch puts to a sampler (`EXERCISED` names):
+        "block" when it is block-verified with a stochastic request that has drafts, and the
+        sampling parameters on for at least one referenced stochastic state."""
+        out = []
+        if self.verification == "block":
+            try:
+                states = np.asarray(self.idx_mapping, dtype=np.int64)
+                stochastic = np.asarray(self.temperature)[states] > 0
+                if (stochastic & (self.num_draft_tokens > 0)).any():
+                    out.append("block")
+            except (IndexError, TypeError, ValueError):
+                pass
+        return (*out, *self.sampling_params_on())
 
     def summary(self) -> str:
         """A compact one-paragraph description, for failure messages (tolerates malformed batches).
