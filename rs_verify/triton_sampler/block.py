@@ -38,7 +38,7 @@ def _block_z(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, l_scale, th
              BLOCK_V: tl.constexpr):
     """Z = sum over [0, n) of max(P p(x) - q(x), 0), log P = l_scale; p masked by (thr, cut)."""
     offs = tl.arange(0, BLOCK_V)
-    acc = tl.zeros([BLOCK_V], tl.float32)
+    acc = tl.full([BLOCK_V], 0, tl.float32)
     for start in range(0, n, BLOCK_V):
         idx = start + offs
         mask = idx < n
@@ -66,7 +66,7 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
         m = tl.minimum(m, tl.reduce(tl.where(smask & ((d < 0) | (d >= Vp)), i_vec, BIG_INDEX), 0, _MIN))
     l_p = tl.full([], 0.0, tl.float32)
     l_res = tl.full([], 0.0, tl.float32)
-    tau = tl.zeros_like(m)
+    tau = tl.full(m.shape, 0, m.dtype)
     for i in range(0, m):
         j = start + i
         d = tl.minimum(tl.maximum(tl.load(draft_ids_ptr + j + 1), 0), Vp - 1)
@@ -109,7 +109,7 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
             one_m_p = -tl.where(e == 1.0, l_p, tl.where(e == 0.0, -1.0, (e - 1.0) * l_p / le))
             den = z_next + one_m_p
             log_h = tl.where(den > 0.0, tl.log(z_next) - tl.log(tl.where(den > 0.0, den, 1.0)), 0.0)
-        u = tl.maximum(tl.rand(seed, tl.load(pos_ptr + j)), TINY)
+        u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, tl.load(pos_ptr + j))[0]), TINY)
         ok = tl.log(u) <= log_h
         tau = tl.where(ok, i + 1, tau)
         l_res = tl.where(ok, l_p, l_res)

@@ -21,6 +21,7 @@ The mutants of mutants/catalogue.py patch this file's text by exact match: keep 
 
 import triton
 import triton.language as tl
+from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
 
 from .block import _block_tau
 from .masks import _masked_stats, _row_masks
@@ -40,7 +41,16 @@ STEP_BLOCK = tl.constexpr(16)
 
 # ---------------------------------------------------------------------------
 # Per-element formulas are written inline: under the interpreter every call of
-# a nested @triton.jit function costs about a millisecond.
+# a nested @triton.jit function costs about a millisecond (it re-patches
+# triton.language), and Triton's own helpers are such functions too. So the
+# kernels spell them with builtins or with fewer of Triton's helpers, each the
+# helper's own definition (the same IR compiled):
+#   tl.zeros(s, d) / tl.zeros_like(x)  ->  tl.full(s, 0, d) / tl.full(x.shape, 0, x.dtype)
+#   tl.max / tl.min / tl.sum(x, 0)     ->  tl.reduce(x, 0, _MAX / _MIN / _SUM) (32-bit x)
+#   tl.rand(g, o)                      ->  tl.uint_to_uniform_float(tl.randint4x(g, o)[0])
+#   tl.randint(g, o)                   ->  tl.randint4x(g, o)[0]
+# (randint4x keeps the Philox counter layout of the installed Triton version).
+#
 #   processed logits (SPEC 2): z = div_rn(fp32(x), t_div), t_div = 1 for greedy
 #     rows and T == 1 (x / 1 is exact); NaN is read as -inf so unvalidated NaN
 #     rows never win an argmax.
@@ -62,8 +72,8 @@ def _row_stats(row_ptr, n, t_div, BLOCK_V: tl.constexpr):
     """
     offs = tl.arange(0, BLOCK_V)
     m_vec = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    s_vec = tl.zeros([BLOCK_V], tl.float32)
-    i_vec = tl.zeros_like(offs + n)  # the width of idx: int32, or int64 for an int64 n
+    s_vec = tl.full([BLOCK_V], 0, tl.float32)
+    i_vec = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx: int32, or int64 for an int64 n
     for start in range(0, n, BLOCK_V):
         idx = start + offs
         mask = idx < n
@@ -75,11 +85,11 @@ def _row_stats(row_ptr, n, t_div, BLOCK_V: tl.constexpr):
         s_vec = tl.where(gt, s_vec * e + 1.0, s_vec + e)
         i_vec = tl.where(gt, idx, i_vec)
         m_vec = tl.where(gt, z, m_vec)
-    m = tl.max(m_vec, 0)
+    m = tl.reduce(m_vec, 0, _MAX)
     live = m_vec != NEG_INF
     scale = tl.exp(tl.where(live, m_vec - m, 0.0))
-    s = tl.sum(tl.where(live, s_vec * scale, 0.0), 0)
-    arg = tl.min(tl.where(m_vec == m, i_vec, BIG_INDEX), 0)
+    s = tl.reduce(tl.where(live, s_vec * scale, 0.0), 0, _SUM)
+    arg = tl.reduce(tl.where(m_vec == m, i_vec, BIG_INDEX), 0, _MIN)
     arg = tl.where(arg == BIG_INDEX, 0, arg)
     return m, s, arg
 
@@ -97,16 +107,16 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
     """
     offs = tl.arange(0, BLOCK_V)
     best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_ri = tl.zeros_like(offs + n)  # the width of idx (see _row_stats)
+    best_ri = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx (see _row_stats)
     best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_pi = tl.zeros_like(offs + n)
+    best_pi = tl.full((offs + n).shape, 0, (offs + n).dtype)
     for start in range(0, n, BLOCK_V):
         idx = start + offs
         mask = idx < n
         z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
         log_p = (z - m) - log_s
-        v = tl.maximum(tl.rand(g, idx), TINY)
+        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)
         w = 1.0 - v
         log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
         gum = -tl.log(-log1m_v)
@@ -133,10 +143,10 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
         ur = sr > best_r
         best_r = tl.where(ur, sr, best_r)
         best_ri = tl.where(ur, idx, best_ri)
-    mp = tl.max(best_p, 0)
-    ip = tl.min(tl.where(best_p == mp, best_pi, BIG_INDEX), 0)
-    mr = tl.max(best_r, 0)
-    ir = tl.min(tl.where(best_r == mr, best_ri, BIG_INDEX), 0)
+    mp = tl.reduce(best_p, 0, _MAX)
+    ip = tl.reduce(tl.where(best_p == mp, best_pi, BIG_INDEX), 0, _MIN)
+    mr = tl.reduce(best_r, 0, _MAX)
+    ir = tl.reduce(tl.where(best_r == mr, best_ri, BIG_INDEX), 0, _MIN)
     tok = tl.where(mr > NEG_INF, ir, ip)
     return tl.where((tok >= 0) & (tok < n), tok, 0)
 
@@ -262,7 +272,7 @@ def verify_kernel(
     if BLOCK:
         if temp != 0.0:
             t = tl.minimum(tl.maximum(tl.load(tau_ptr + r), 0), n)
-            n_tok = tl.zeros_like(n)
+            n_tok = tl.full(n.shape, 0, n.dtype)
     for kb in range(0, n_tok, STEP_BLOCK):
         i_vec = kb + tl.arange(0, STEP_BLOCK)
         smask = i_vec < n
@@ -273,7 +283,8 @@ def verify_kernel(
         if greedy:
             acc = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
         else:
-            u = tl.maximum(tl.rand(seed, tl.load(pos_ptr + j_vec, mask=smask, other=0)), TINY)
+            j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
+            u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)
             zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
             zd = tl.div_rn(zd.to(tl.float32), t_div)
             zd = tl.where(zd == zd, zd, NEG_INF)
@@ -291,7 +302,7 @@ def verify_kernel(
                 thr = thr + ((zq - tl.load(d_max_ptr + j_vec, mask=smask, other=0.0))
                              - tl.load(d_logsum_ptr + j_vec, mask=smask, other=0.0))
             acc = ok & (log_p > thr)
-        t = tl.minimum(t, tl.min(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0))
+        t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0, _MIN))
         tl.store(out_row + i_vec, d, mask=smask & (i_vec < t))
 
     jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
@@ -302,7 +313,7 @@ def verify_kernel(
         has_d = t < n
         d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
         ok_t = has_d & (d_t >= 0) & (d_t < Vp)
-        g = tl.randint(seed, tl.load(pos_ptr + jt))
+        g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
         t_row = target_ptr + jt * V
@@ -363,7 +374,7 @@ def resample_kernel(
             l_scale = tl.load(l_res_ptr + r)
         use_q = ok_t & (HAS_DRAFT != 0)
         q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-        g = tl.randint(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))
+        g = tl.randint4x(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))[0]
         q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
         q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
         excl = tl.where(ok_t & (HAS_DRAFT == 0), d_t, -1)

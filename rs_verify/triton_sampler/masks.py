@@ -99,10 +99,10 @@ def _radix_select(row_ptr, n, t_div, lo, m, rank, c, TOP_P: tl.constexpr, MB: tl
             wide = (sh + RADIX_BITS) >= 32
             base = tl.where(wide, 0, rlo & ~((tl.full([], 1, tl.uint32) << tl.where(wide, 0, sh + RADIX_BITS)) - 1))
             span = rhi - rlo
-            c_acc = tl.zeros([MB, RADIX], tl.int32)
-            e_acc = tl.zeros([MB, RADIX], tl.float32)
+            c_acc = tl.full([MB, RADIX], 0, tl.int32)
+            e_acc = tl.full([MB, RADIX], 0, tl.float32)
             lo_acc = tl.full([MB, RADIX], KEY_MAX, tl.uint32)
-            hi_acc = tl.zeros([MB, RADIX], tl.uint32)
+            hi_acc = tl.full([MB, RADIX], 0, tl.uint32)
             for start in range(0, n, MB):
                 idx = start + offs
                 mask = idx < n
@@ -169,7 +169,7 @@ def _row_masks(row_ptr, n, t_div, m, min_p, top_k, top_p, MB: tl.constexpr):
         keep = tl.minimum(tl.maximum(keep + (keep.to(tl.float32) < x).to(tl.int32), 1), ties)
         if keep < ties:
             offs = tl.arange(0, MB)
-            seen = tl.zeros_like(keep)
+            seen = tl.full(keep.shape, 0, keep.dtype)
             for start in range(0, n, MB):
                 idx = start + offs
                 mask = idx < n
@@ -196,7 +196,7 @@ def _masked_stats(row_ptr, n, t_div, thr, cut, mask_end, masked, BLOCK_V: tl.con
     unmasked row's statistics are bit for bit `_row_stats`'s."""
     offs = tl.arange(0, BLOCK_V)
     m_vec = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    s_vec = tl.zeros([BLOCK_V], tl.float32)
+    s_vec = tl.full([BLOCK_V], 0, tl.float32)
     for start in range(0, n, BLOCK_V):
         idx = start + offs
         mask = idx < n

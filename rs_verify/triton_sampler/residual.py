@@ -34,9 +34,9 @@ def _resample_masked(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, 
     """argmax_x (log r(x) + G_x) over [0, n) of the masked p (see the module docstring)."""
     offs = tl.arange(0, BLOCK_V)
     best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_ri = tl.zeros_like(offs + n)  # the width of idx (see kernels._row_stats)
+    best_ri = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
     best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_pi = tl.zeros_like(offs + n)
+    best_pi = tl.full((offs + n).shape, 0, (offs + n).dtype)
     p_min = LOG_P_MIN - l_scale
     for start in range(0, n, BLOCK_V):
         idx = start + offs
@@ -45,7 +45,7 @@ def _resample_masked(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, 
         z = tl.where(z == z, z, NEG_INF)
         mask = mask & ((z > thr) | ((z == thr) & (idx <= cut)))
         log_p = (z - m) - log_s
-        v = tl.maximum(tl.rand(g, idx), TINY)
+        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)
         w = 1.0 - v
         log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
         gum = -tl.log(-log1m_v)
