@@ -83,8 +83,8 @@ def _k(*pairs):
 
 
 # -- recurring anchors in rs_verify/triton_sampler/kernels.py ---------------------------
-RESAMPLE_SEED = "g = tl.randint(seed, tl.load(pos_ptr + jt))"
-ACCEPT_U = "u = tl.maximum(tl.rand(seed, tl.load(pos_ptr + j_vec, mask=smask, other=0)), TINY)"
+RESAMPLE_SEED = "g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]"
+ACCEPT_U = "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)"
 STATE_SEED = "seed = tl.load(seeds_ptr + s)"
 GREEDY = "greedy = temp == 0.0"
 FINAL_CLAMP = "    tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)\n"
@@ -111,7 +111,7 @@ MUTANTS: list[Mutant] = [
         "Shared noise stream between draft and resample: the resample noise is keyed at pos + 2**30, "
         "the drafter's salted stream, so the resample reuses the noise that picked the draft.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = tl.randint(seed, tl.load(pos_ptr + jt) + 1073741824)  # MUTANT: drafter salt")),
+        _k((RESAMPLE_SEED, "g = tl.randint4x(seed, tl.load(pos_ptr + jt) + 1073741824)[0]  # MUTANT: drafter salt")),
         killers=("certified_equivalence",),
         note="Biases the output only against drafts drawn with that stream (distribution_model_drafts on CUDA); "
              "under the interpreter the certification sees the stream itself differ.",
@@ -123,7 +123,8 @@ MUTANTS: list[Mutant] = [
         TRITON,
         _k(
             ("g, use_q, excl,\n", "g, use_q, excl, pos_t,  # MUTANT\n"),
-            ("v = tl.maximum(tl.rand(g, idx), TINY)", "v = tl.maximum(tl.rand(g, pos_t + idx), TINY)  # MUTANT"),
+            ("v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)",
+             "v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, pos_t + idx)[0]), TINY)  # MUTANT"),
             (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream\n        pos_t = tl.load(pos_ptr + jt)"),
             ("g, ok_t, -1,\n", "g, ok_t, -1, pos_t,\n"),
             ("g, ok_t, excl,\n", "g, ok_t, excl, pos_t,\n"),
@@ -135,7 +136,7 @@ MUTANTS: list[Mutant] = [
         "Resample seed g = randint(seed, pos) held as int32 and reloaded: tl.rand sign-extends it (SPEC 3: "
         "Triton widens it without sign extension), so every g < 0 draws other noise.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = tl.randint(seed, tl.load(pos_ptr + jt)).to(tl.int32, bitcast=True)  # MUTANT")),
+        _k((RESAMPLE_SEED, "g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0].to(tl.int32, bitcast=True)  # MUTANT")),
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -143,8 +144,8 @@ MUTANTS: list[Mutant] = [
         "RNG keyed by the batch row instead of the token position: streams change when the batch is "
         "permuted, split or merged.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.rand(seed, j_vec), TINY)  # MUTANT: row, not pos"),
-           (RESAMPLE_SEED, "g = tl.randint(seed, jt)  # MUTANT: row, not pos")),
+        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos"),
+           (RESAMPLE_SEED, "g = tl.randint4x(seed, jt)[0]  # MUTANT: row, not pos")),
         killers=("batch_invariance", "certified_equivalence"),
     ),
     Mutant(
@@ -152,7 +153,7 @@ MUTANTS: list[Mutant] = [
         "Acceptance uniform keyed by the batch row instead of the token position (the resample noise is right): "
         "accept/reject decisions change when the batch is permuted, split or chunked.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.rand(seed, j_vec), TINY)  # MUTANT: row, not pos")),
+        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos")),
         killers=("certified_equivalence", "batch_invariance"),
     ),
     Mutant(
@@ -174,7 +175,7 @@ MUTANTS: list[Mutant] = [
         "u not clamped to TINY: u = rand(seed, pos) may be exactly 0, and log 0 = -inf accepts any draft "
         "with p(d) > 0 (SPEC 3: u = max(rand, TINY)).",
         TRITON,
-        _k((ACCEPT_U, "u = tl.rand(seed, tl.load(pos_ptr + j_vec, mask=smask, other=0))  # MUTANT: no TINY")),
+        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0])  # MUTANT: no TINY")),
         killers=("stream_edges",),
         note="Differs only where the Philox word is 0 or -1 (2 in 2**32 draws): random batches never reach it.",
     ),
@@ -337,7 +338,7 @@ MUTANTS: list[Mutant] = [
         "Accepted count not a prefix: num_accepted = the number of accepted drafts, not the index of the "
         "first rejection, so a rejected draft followed by accepted ones is emitted.",
         TRITON,
-        _k(("t = tl.minimum(t, tl.min(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0))",
+        _k(("t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0, _MIN))",
             "t = tl.minimum(t, kb + tl.sum((smask & (acc != 0)).to(tl.int32), 0))  # MUTANT: a count")),
         killers=("greedy_chain", "certified_equivalence"),
     ),
@@ -483,7 +484,7 @@ MUTANTS: list[Mutant] = [
         "argmax_ties_to_highest_index",
         "Argmax ties broken towards the highest index across vocab lanes (SPEC 4: the lowest index).",
         TRITON,
-        _k(("arg = tl.min(tl.where(m_vec == m, i_vec, BIG_INDEX), 0)",
+        _k(("arg = tl.reduce(tl.where(m_vec == m, i_vec, BIG_INDEX), 0, _MIN)",
             "arg = tl.max(tl.where(m_vec == m, i_vec, -1), 0)  # MUTANT: highest index")),
         killers=("greedy_chain",),
     ),
