@@ -59,7 +59,7 @@ from rs_verify.properties import PROPERTIES, by_cost
 
 from .catalogue import Mutant
 from .matrix import (ERRORED, ESCALATED, KILLED, KILLS, NOT_RUN, STATUS_SYMBOL, SURVIVED, Cell, MutantResult,
-                     _batch_text, _from_dict, load_results, print_matrix, write_report)
+                     _batch_text, _from_dict, merge_results, print_matrix, write_report)
 
 DEFAULT_CATALOGUE = "mutants.catalogue:MUTANTS"
 DEFAULT_WORKERS = 2
@@ -282,9 +282,10 @@ def cmd_mutate(args) -> int:
     console = Console()
     if args.from_json:  # re-render a recorded run
         try:
-            results, prop_names, meta = load_results(args.from_json)
+            results, prop_names, meta = merge_results(args.from_json)
         except (OSError, ValueError, KeyError, ImportError) as exc:
-            console.print(f"[red]python -m mutants: cannot re-render {escape(args.from_json)}: {escape(str(exc))}[/]")
+            console.print(f"[red]python -m mutants: cannot re-render {escape(' '.join(args.from_json))}: "
+                          f"{escape(str(exc))}[/]")
             return 2
         print_matrix(results, prop_names, console)
         if args.report:
@@ -405,8 +406,9 @@ def add_arguments(p) -> None:
     p.add_argument("--shrink-seconds", type=float, default=DEFAULT_SHRINK_SECONDS,
                    help=f"shrinking time per failure (default {DEFAULT_SHRINK_SECONDS:g})")
     p.add_argument("--report", metavar="DIR", default=None, help="write mutants.md and mutants.json into DIR")
-    p.add_argument("--from-json", metavar="PATH", default=None,
-                   help="run nothing: print (and with --report write) the matrix of a recorded mutants.json")
+    p.add_argument("--from-json", metavar="PATH", nargs="+", default=None,
+                   help="run nothing: print (and with --report write) the matrix of a recorded mutants.json, "
+                        "or of several runs merged (each mutant in one of them)")
 
 
 def main(argv=None) -> int:

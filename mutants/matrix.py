@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rs_verify.frontends.report import markdown_table, md_cell
-from rs_verify.properties import PROPERTIES
+from rs_verify.properties import PROPERTIES, by_cost
 
 KILLED, ESCALATED, ERRORED, SURVIVED, SKIPPED, NOT_RUN = "K", "k", "E", ".", "-", "?"
 KILLS = (KILLED, ERRORED)  # an escalated kill (k) is not a kill at the gate's budget
@@ -19,7 +19,7 @@ STATUS_SYMBOL = {"failed": KILLED, "error": ERRORED, "passed": SURVIVED, "skippe
 LEGEND = {KILLED: "killed", ESCALATED: "failed only with the escalated example count (not a kill at the gate's budget)",
           ERRORED: "killed by an exception (a crash on a valid input, or several distinct failures at once)",
           SURVIVED: "survived", SKIPPED: "skipped (does not apply)",
-          NOT_RUN: "not run (budget spent)"}
+          NOT_RUN: "not run (budget spent, the first kill reached under --first-kill, or not among the run's --properties)"}
 
 
 # -- data -----------------------------------------------------------------------------
@@ -210,6 +210,33 @@ def load_results(path) -> tuple[list[MutantResult], list[str], dict]:
         d = {k: v for k, v in m.items() if k in MutantResult.__dataclass_fields__}
         results.append(_from_dict(d))
     return results, list(doc["properties"]), dict(doc["meta"])
+
+
+def merge_results(paths) -> tuple[list[MutantResult], list[str], dict]:
+    """Several recorded runs (`mutants.json` files) as one matrix: each mutant from the one run that
+    holds it (a mutant in two runs is an error), the properties of all runs cheapest first, and the
+    metadata the runs share, with one line per run for what differs (its mutants, properties, time).
+    A property a run did not include shows as not run for that run's mutants."""
+    if len(paths) == 1:
+        return load_results(paths[0])
+    results, props, metas, seen = [], set(), [], {}
+    for path in paths:
+        part, part_props, meta = load_results(path)
+        for r in part:
+            if r.name in seen:
+                raise ValueError(f"mutant {r.name} is in both {seen[r.name]} and {path}")
+            seen[r.name] = path
+        results += part
+        props.update(part_props)
+        metas.append((path, part, part_props, meta))
+    shared = {k: v for k, v in metas[0][3].items() if all(m.get(k) == v for *_, m in metas)}
+    lines = []
+    for path, part, part_props, meta in metas:
+        own = {k: v for k, v in meta.items() if k not in shared and k != "versions"}
+        which = "all properties" if set(part_props) == props else "properties " + ", ".join(part_props)
+        lines.append(f"{path}: {len(part)} mutants, {which}; " + ", ".join(f"{k} {v}" for k, v in own.items()))
+    order = [p for p in by_cost() if p in props] + sorted(props - set(PROPERTIES))
+    return results, order, {**shared, "merged from": " | ".join(lines)}
 
 
 def write_report(results: list[MutantResult], prop_names: list[str], out_dir, meta: dict,

@@ -27,6 +27,7 @@ import traceback
 from dataclasses import dataclass
 
 from . import device as devices
+from .record import record_of
 from .samplers import load_sampler
 
 DEFAULT_REPEATS = 15
@@ -85,7 +86,7 @@ def _child(conn, spec: str, sys_path: list[str], requested_device: str | None) -
     try:
         on_cuda = devices.resolve(requested_device) == "cuda"
         sampler = load_sampler(spec)
-        conn.send(("ok", str(getattr(sampler, "name", spec))))
+        conn.send(("ok", record_of(sampler).name))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

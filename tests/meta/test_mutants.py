@@ -151,3 +151,22 @@ def test_a_failing_control_voids_that_property_for_its_mutants():
     res = mutate.run_mutant(CATALOGUE, "ref_residual_abs", profile="ci", properties=["planner", "certified_equivalence"],
                             void=("certified_equivalence",))
     assert not res.killed and res.cells[1].symbol == matrix.NOT_RUN and "control" in res.cells[1].message
+
+
+def test_recorded_runs_merge_into_one_matrix(tmp_path):
+    """`--from-json A B`: a matrix recorded in parts (a long campaign split by mutant, one part
+    run on fewer properties) renders as one; a mutant in two parts is refused."""
+    cheap, dear = mutate.ordered_properties()[0], "certified_equivalence"
+    a = [matrix.MutantResult("m1", cells=[matrix.Cell(cheap, matrix.KILLED), matrix.Cell(dear, matrix.NOT_RUN)])]
+    b = [matrix.MutantResult("m2", cells=[matrix.Cell(dear, matrix.KILLED)])]
+    matrix.write_report(a, [cheap, dear], tmp_path / "a", {"profile": "ci", "wall_s": 10})
+    matrix.write_report(b, [dear], tmp_path / "b", {"profile": "ci", "wall_s": 20})
+    results, props, meta = matrix.merge_results([tmp_path / "a" / "mutants.json", tmp_path / "b" / "mutants.json"])
+    assert [r.name for r in results] == ["m1", "m2"] and all(r.killed for r in results)
+    assert props == [cheap, dear] and meta["profile"] == "ci" and "wall_s" not in meta
+    assert "1 mutants, properties certified_equivalence; wall_s 20" in meta["merged from"]
+    assert mutate.main(["--from-json", str(tmp_path / "a" / "mutants.json"), str(tmp_path / "b" / "mutants.json"),
+                        "--report", str(tmp_path / "ab")]) == 0
+    assert "**2 of 2 mutants killed.**" in (tmp_path / "ab" / "mutants.md").read_text()
+    with pytest.raises(ValueError, match="m1 is in both"):
+        matrix.merge_results([tmp_path / "a" / "mutants.json", tmp_path / "ab" / "mutants.json"])
