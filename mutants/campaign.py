@@ -282,7 +282,7 @@ def cmd_mutate(args) -> int:
     console = Console()
     if args.from_json:  # re-render a recorded run
         try:
-            results, prop_names, meta = merge_results(args.from_json)
+            results, prop_names, meta = merge_results(args.from_json, only=set(args.only) if args.only else None)
         except (OSError, ValueError, KeyError, ImportError) as exc:
             console.print(f"[red]python -m mutants: cannot re-render {escape(' '.join(args.from_json))}: "
                           f"{escape(str(exc))}[/]")
@@ -408,7 +408,7 @@ def add_arguments(p) -> None:
     p.add_argument("--report", metavar="DIR", default=None, help="write mutants.md and mutants.json into DIR")
     p.add_argument("--from-json", metavar="PATH", nargs="+", default=None,
                    help="run nothing: print (and with --report write) the matrix of a recorded mutants.json, "
-                        "or of several runs merged (each mutant in one of them)")
+                        "or of several runs merged (each mutant in one of them; with --only, those mutants of each run)")
 
 
 def main(argv=None) -> int:

@@ -212,16 +212,18 @@ def load_results(path) -> tuple[list[MutantResult], list[str], dict]:
     return results, list(doc["properties"]), dict(doc["meta"])
 
 
-def merge_results(paths) -> tuple[list[MutantResult], list[str], dict]:
+def merge_results(paths, only=None) -> tuple[list[MutantResult], list[str], dict]:
     """Several recorded runs (`mutants.json` files) as one matrix: each mutant from the one run that
     holds it (a mutant in two runs is an error), the properties of all runs cheapest first, and the
     metadata the runs share, with one line per run for what differs (its mutants, properties, time).
-    A property a run did not include shows as not run for that run's mutants."""
-    if len(paths) == 1:
+    A property a run did not include shows as not run for that run's mutants. `only`: keep these
+    mutants of each run (the others are dropped before the check for duplicates)."""
+    if len(paths) == 1 and only is None:
         return load_results(paths[0])
     results, props, metas, seen = [], set(), [], {}
     for path in paths:
         part, part_props, meta = load_results(path)
+        part = [r for r in part if only is None or r.name in only]
         for r in part:
             if r.name in seen:
                 raise ValueError(f"mutant {r.name} is in both {seen[r.name]} and {path}")

@@ -170,3 +170,5 @@ def test_recorded_runs_merge_into_one_matrix(tmp_path):
     assert "**2 of 2 mutants killed.**" in (tmp_path / "ab" / "mutants.md").read_text()
     with pytest.raises(ValueError, match="m1 is in both"):
         matrix.merge_results([tmp_path / "a" / "mutants.json", tmp_path / "ab" / "mutants.json"])
+    kept, _, _ = matrix.merge_results([tmp_path / "a" / "mutants.json", tmp_path / "ab" / "mutants.json"], only={"m2"})
+    assert [r.name for r in kept] == ["m2"]  # m2 of the merged file only: the first part holds none
