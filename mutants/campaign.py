@@ -284,8 +284,7 @@ def cmd_mutate(args) -> int:
         try:
             results, prop_names, meta = merge_results(args.from_json, only=set(args.only) if args.only else None)
         except (OSError, ValueError, KeyError, ImportError) as exc:
-            console.print(f"[red]python -m mutants: cannot re-render {escape(' '.join(args.from_json))}: "
-                          f"{escape(str(exc))}[/]")
+            console.print(f"[red]python -m mutants: cannot re-render {escape(' '.join(args.from_json))}: {escape(str(exc))}[/]")
             return 2
         print_matrix(results, prop_names, console)
         if args.report:
@@ -406,9 +405,8 @@ def add_arguments(p) -> None:
     p.add_argument("--shrink-seconds", type=float, default=DEFAULT_SHRINK_SECONDS,
                    help=f"shrinking time per failure (default {DEFAULT_SHRINK_SECONDS:g})")
     p.add_argument("--report", metavar="DIR", default=None, help="write mutants.md and mutants.json into DIR")
-    p.add_argument("--from-json", metavar="PATH", nargs="+", default=None,
-                   help="run nothing: print (and with --report write) the matrix of a recorded mutants.json, "
-                        "or of several runs merged (each mutant in one of them; with --only, those mutants of each run)")
+    p.add_argument("--from-json", metavar="PATH", nargs="+", default=None, help="run nothing: print (and with "
+                   "--report write) the matrix of recorded runs (mutants.json), merged (--only: those mutants)")
 
 
 def main(argv=None) -> int:
