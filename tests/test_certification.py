@@ -86,7 +86,8 @@ def test_filler_token_keeps_draft_temperature_failures(reference):
     filled = [_failures(mutant, model_draft_batch(s, filler=True), reference) for s in range(3)]
     assert filled == plain and min(plain) >= 3, (plain, filled)
     ctx = make_context(mutant, reference)
-    with pytest.raises(PropertyFailure, match="differ from the reference"):
+    # The output rules held at every call may see it first: a resample outside the true residual.
+    with pytest.raises(PropertyFailure, match="differ from the reference|outside the residual"):
         PROPERTIES["certified_equivalence"].check(ctx, model_draft_batch(0, filler=True))
     # The correct sampler passes the same batches.
     PROPERTIES["certified_equivalence"].check(make_context(reference, reference), model_draft_batch(0, filler=True))

@@ -82,3 +82,30 @@ def test_cu_num_generated_tokens_is_the_full_batch_cu(reference):
 def test_output_invariants_fails_a_chunk_local_cu():
     res = run(PROPERTIES["output_invariants"], make_context(ChunkLocalCuSampler(), profile="ci", device="cpu"))
     assert res.status == "failed" and "cu_num_generated_tokens" in res.message, res.message
+
+
+class _EmitsPZero:
+    """The reference, but request 0's first token is replaced by token 0 whatever p says (deterministic)."""
+
+    name = "emits-p-zero"
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, batch, **kw):
+        out = self.inner(batch, **kw)
+        sampled = out.sampled.copy()
+        sampled[0, 0] = 0
+        return SamplerOutput(sampled, out.num_sampled, out.logprobs)
+
+
+@pytest.mark.parametrize("prop", ["determinism", "chunked_equals_full"])
+def test_every_call_is_held_to_the_output_rules(prop, reference):
+    """A deterministic, chunk-invariant sampler that emits a token with p = 0 passes what determinism
+    and chunking compare, yet fails them: every output of a valid batch is checked at the call."""
+    batch = _saturated_batch()
+    ctx = make_context(_EmitsPZero(reference), reference)
+    drawn = (batch, 1)  # determinism: (batch, seed); chunking: (batch, cap)
+    with pytest.raises(PropertyFailure, match="emits-p-zero's output breaks SPEC sections 4-6: request 0: "):
+        PROPERTIES[prop].check(ctx, drawn)
+    PROPERTIES[prop].check(make_context(reference, reference), drawn)

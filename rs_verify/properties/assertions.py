@@ -10,6 +10,7 @@ from ..harness import guards
 from ..harness.failure import PropertyFailure
 from ..harness.handle import as_sampler
 from ..spec.batch import SamplerOutput, SpecBatch
+from .output_rules import check_output_invariants, checked_here
 
 
 def request_view(out: SamplerOutput, batch: SpecBatch, r: int) -> dict:
@@ -56,7 +57,10 @@ def assert_same_request(a, batch_a, ra, b, batch_b, rb, *, what: str, batch: Spe
 
 
 def call(sampler, batch: SpecBatch, **kw) -> SamplerOutput:
-    """Call a sampler and check the output's types and shapes (SPEC section 5).
+    """Call a sampler with a valid batch and check the output's types and shapes (SPEC section 5)
+    and, for a batch `output_rules.checked_here` accepts, the output rules of SPEC sections 4-6
+    (`output_rules.check_output_invariants`; `check=False` leaves them to the caller): whatever a
+    property compares, an answer that breaks the contract fails it.
 
     Every call is observed (`rs_verify.harness.guards`): a sampler that modifies its input
     fails here, before any comparison of its output.
@@ -72,7 +76,7 @@ def observed(sampler, batch: SpecBatch, *, reseed: int | None = None, **kw):
         raise PropertyFailure(str(exc), batch=batch) from exc
 
 
-def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, **kw):
+def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, check: bool = True, **kw):
     """`call()`, also returning the `CallReport` (device work, peak memory) of the call."""
     out, report = observed(sampler, batch, reseed=reseed, **kw)
     if not isinstance(out, SamplerOutput):
@@ -96,6 +100,12 @@ def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, **
         if not isinstance(arr, np.ndarray) or arr.dtype != dtype or arr.shape != shape:
             got = f"{type(arr).__name__} {getattr(arr, 'dtype', '?')} {getattr(arr, 'shape', '?')}"
             raise PropertyFailure(f"output {name}: expected {np.dtype(dtype)} {shape}, got {got}", batch=batch)
+    if check and checked_here(batch):
+        try:
+            check_output_invariants(batch, out)
+        except PropertyFailure as exc:
+            raise PropertyFailure(f"{sampler_name(sampler)}'s output breaks SPEC sections 4-6: {exc}", batch=batch,
+                                  details=exc.details) from None
     return out, report
 
 

@@ -125,7 +125,10 @@ def certified_equivalence(ctx, drawn) -> None:
     """Every decision equals the float64 reference's, except a few excused near-ties (SPEC section 8)."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
     ref_out, traces = ctx.reference.verify_with_trace(batch)
-    out = call(ctx.sampler, batch)
+    try:
+        out = call(ctx.sampler, batch)
+    except PropertyFailure as exc:  # the output rules (SPEC 4-6), reported on the drawn batch
+        raise PropertyFailure(f"{exc}{copies_note(drawn)}", batch=drawn, details=exc.details) from None
     cmp = compare_decisions(batch, out, traces, reference=ctx.reference)
     n_excused = len(cmp.excused)
     event(f"excused divergences: {min(n_excused, 3)}{'+' if n_excused >= 3 else ''}")

@@ -1,177 +1,28 @@
-"""Output invariants (SPEC sections 4, 5 and 6's `cu_num_generated_tokens`) and the greedy argmax chain."""
+"""Output invariants (SPEC sections 4, 5 and 6's `cu_num_generated_tokens`) and the greedy argmax chain.
+
+The rules themselves are `rs_verify.properties.output_rules` (every call of a valid batch is held
+to them); `output_invariants` draws batches for them alone, four reseeded copies per example.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..spec import probs
-from ..spec.block import block_quantities
-from ..spec.masks import batch_masks
 from .assertions import call, event
+from .output_rules import check_output_invariants, fail_request
 from .registry import PropertyFailure, register
 from .certification import REPLICAS
 from .inputs import decision_rich
 from .transforms import copies_note, reseeded_copies
-
-# A resampled token must have positive residual mass p - q > 0. Production samplers
-# compute p and q in float32, so a token whose float64 residual is negative by less
-# than this (relative to p + q) is excused; |p - q| residuals or a residual that keeps
-# the rejected draft are off by far more than this (they pick tokens with q >> p).
-RESIDUAL_RTOL = 1e-4
-# A token the sampling parameters mask (SPEC section 2) is never emitted. Production samplers decide
-# the masks in float32: a token masked by a margin within this share of the decision's scale `L`
-# (SPEC section 8's default eps, the tolerance certification excuses) is a near-tie, not an error;
-# ignoring a parameter, or applying it to the wrong rows, emits tokens masked by far more.
-MASK_RTOL = 2e-4
-
-
-def _fail(batch, r, msg, step=None):
-    details = {"request": r} if step is None else {"request": r, "step": step}
-    raise PropertyFailure(f"request {r}: {msg}", batch=batch, details=details)
-
-
-def step_facts(batch, r, i, p, q) -> str:
-    """What decided step `i` of request `r`: the draft id, p(d), q(d) and the residual mass.
-
-    One-hot drafts have q(d) = 1; the residual mass is sum over [0, V') of max(p - q, 0),
-    and a mass of 0 means SPEC section 4's fallback to p.
-    """
-    j = int(batch.cu_num_logits[r] + i)
-    drafts = batch.draft_tokens(r)
-    if i >= len(drafts):
-        return f"bonus step {i} (all {len(drafts)} drafts accepted; samples p)"
-    d = int(drafts[i])
-    if not 0 <= d < p.shape[1]:
-        return f"draft d = {d} (padded: a rejection resamples from p)"
-    if q is None:
-        qrow = np.zeros(p.shape[1])
-        qrow[d] = 1.0
-    else:
-        qrow = q[j]
-    mass = float(np.maximum(p[j] - qrow, 0.0).sum())
-    kind = "one-hot" if q is None else "model"
-    return (f"{kind} draft d = {d}, p(d) = {p[j, d]:.6g}, q(d) = {qrow[d]:.6g}, "
-            f"residual mass sum max(p - q, 0) = {mass:.6g}" + (" (empty: falls back to p)" if mass == 0 else ""))
-
-
-def check_output_invariants(batch, out) -> None:
-    """Raise PropertyFailure unless `out` meets every SPEC section 4-5 invariant on `batch` (and section 6's
-    `cu_num_generated_tokens`)."""
-    v = batch.effective_vocab_size
-    cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
-    p = probs.target_probs(batch)
-    q = probs.draft_probs(batch)
-    temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
-    masked = _clearly_masked(batch)
-    block = batch.verification == "block"
-    for r in range(batch.num_reqs):
-        n_r = int(cu[r + 1] - cu[r] - 1)
-        m = int(out.num_sampled[r])
-        if not 1 <= m <= n_r + 1:
-            _fail(batch, r, f"num_sampled = {m} outside [1, n_r + 1 = {n_r + 1}]")
-        row = out.sampled[r]
-        if (row[m:] != -1).any():
-            _fail(batch, r, f"sampled[{m}:] = {row[m:].tolist()} must be -1 padding")
-        tokens = row[:m]
-        bad = (tokens < 0) | (tokens >= v)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            _fail(batch, r, f"step {i} emitted token {tokens[i]} outside [0, V' = {v}); "
-                            f"{step_facts(batch, r, i, p, q)}", step=i)
-        drafts = batch.draft_tokens(r)
-        if (tokens[: m - 1] != drafts[: m - 1]).any():
-            i = int(np.flatnonzero(tokens[: m - 1] != drafts[: m - 1])[0])
-            _fail(batch, r, f"accepted tokens are not a prefix of the drafts: step {i} emitted {tokens[i]} "
-                            f"and later steps followed; {step_facts(batch, r, i, p, q)}", step=i)
-        for i, t in enumerate(tokens):
-            j = int(cu[r] + i)
-            if not np.isfinite(batch.target_logits[j, t]):  # p > 0 exactly when the logit is finite
-                _fail(batch, r, f"step {i} emitted token {t} with p = 0 (logit {batch.target_logits[j, t]}); "
-                                f"{step_facts(batch, r, i, p, q)}", step=i)
-            if masked is not None and masked[0][j, t]:
-                _fail(batch, r, f"step {i} emitted token {t}, which {masked[1][j][t]} masks (SPEC section 2); "
-                                f"{step_facts(batch, r, i, p, q)}", step=i)
-        last = m - 1
-        if last < n_r and temps[r] > 0:  # a rejection at step `last`: check the residual
-            scale = _block_scale(batch, r, last, p, q) if block else 1.0
-            _check_resample(batch, r, last, int(tokens[last]), int(drafts[last]), p, q, scale)
-    check_cu_num_generated_tokens(batch, out)
-
-
-def check_cu_num_generated_tokens(batch, out) -> None:
-    """SPEC section 6: `logprobs.cu_num_generated_tokens` is `cu_num_logits` as a list, or None when N == R
-    (what `LogprobsTensors.cat` keeps across chunks: a chunk's own list is wrong)."""
-    if out.logprobs is None:
-        return
-    got = out.logprobs.cu_num_generated_tokens
-    want = None if batch.num_logits == batch.num_reqs else [int(c) for c in np.asarray(batch.cu_num_logits)]
-    if got is not None:
-        try:
-            got = [int(c) for c in got]
-        except (TypeError, ValueError):
-            got = repr(got)[:80]  # not a list of ints at all
-    if got != want:
-        def head(v):  # bounded: a large batch's list is long
-            return repr(v) if not isinstance(v, list) or len(v) <= 9 else f"[{', '.join(map(str, v[:8]))}, ...]"
-
-        raise PropertyFailure(f"logprobs.cu_num_generated_tokens = {head(got)}, SPEC section 6 wants "
-                              f"{'None (N == R)' if want is None else 'cu_num_logits as a list, ' + head(want)}",
-                              batch=batch)
-
-
-def _check_resample(batch, r, i, token, draft, p, q, scale: float = 1.0) -> None:
-    """The token emitted after a rejection at step `i` lies in the residual: `max(P p - q, 0)` for
-    model drafts (`P = 1` token by token; `P_{i-1}` in block verification, SPEC 4b), `p` without the
-    rejected draft for one-hot drafts; `p` itself when that residual has no positive mass."""
-    j = int(batch.cu_num_logits[r] + i)
-    if draft < 0 or draft >= p.shape[1]:
-        return  # a padded draft resamples from p: covered by the p > 0 check
-    if q is None:
-        if token == draft and (np.delete(p[j], draft) > 0).any():
-            _fail(batch, r, f"step {i} rejected draft {draft} and emitted it again; "
-                            f"{step_facts(batch, r, i, p, q)}", step=i)
-        return
-    resid = scale * p[j] - q[j]
-    if (resid > 0).any() and resid[token] < -RESIDUAL_RTOL * (scale * p[j, token] + q[j, token]):
-        what = "max(p - q, 0)" if scale == 1.0 else f"max(P p - q, 0) with P = {scale:.6g}"
-        _fail(batch, r, f"step {i} resampled token {token} with p = {p[j, token]:.6g}, q = {q[j, token]:.6g}: "
-                        f"outside the residual {what}; {step_facts(batch, r, i, p, q)}", step=i)
-
-
-def _block_scale(batch, r, tau, p, q) -> float:
-    """`P_{tau-1}` of block request `r` (SPEC section 4b; 1 for `tau = 0`)."""
-    if tau == 0:
-        return 1.0
-    lo, n = int(batch.cu_num_logits[r]), len(batch.draft_tokens(r))
-    qr = None if q is None else q[lo : lo + n][None]
-    res = block_quantities(p[lo : lo + n + 1][None], qr, batch.draft_tokens(r)[None], np.array([n]))
-    return float(res.residual_scale(np.array([tau]))[0])
-
-
-def _clearly_masked(batch):
-    """`(masked [N, V'], why)`: tokens SPEC 2's sampling parameters mask by more than `MASK_RTOL * L`
-    (near-ties excluded) and, per row and token, the parameter that masks them; None without parameters."""
-    if not batch.sampling_params_on():
-        return None
-    res = batch_masks(batch, probs.processed_logits(batch, masked=False))
-    masked = np.zeros(res.kept.shape, bool)
-    why = {}
-    for name, margin, scale in res.margins():
-        with np.errstate(invalid="ignore"):
-            hit = (margin < 0) & (margin < -MASK_RTOL * scale) & ~masked
-        for j, t in zip(*np.nonzero(hit)):
-            why.setdefault(int(j), {})[int(t)] = f"{name} (margin {margin[j, t]:.4g})"
-        masked |= hit
-    return masked, why
 
 
 @register("output_invariants", "invariants", strategy=decision_rich)
 def output_invariants(ctx, drawn) -> None:
     """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
-    out = call(ctx.sampler, batch)
     try:
-        check_output_invariants(batch, out)
+        check_output_invariants(batch, call(ctx.sampler, batch, check=False))
     except PropertyFailure as exc:
         raise PropertyFailure(f"{exc}{copies_note(drawn)}", batch=drawn, details=exc.details) from None
 
@@ -196,4 +47,4 @@ def greedy_chain(ctx, batch) -> None:
             want.append(int(a[cu[r + 1] - 1]))
         got = out.request(r)
         if got != want:
-            _fail(batch, int(r), f"greedy request emitted {got}, argmax chain is {want}")
+            fail_request(batch, int(r), f"greedy request emitted {got}, argmax chain is {want}")
