@@ -24,11 +24,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # and the reference takes the whole budget. The whole budget on the Triton sampler is the
 # README's main job (`rs-verify check`, the gate itself) and this suite with RS_VERIFY_FULL=1 (the
 # long run: `RS_VERIFY_FULL=1 pytest -n 2`); on CUDA the tests always take it.
-# Certification keeps a quarter (its run must compare at least 100 stochastic decisions); the
-# other properties an eighth (5 of 40). Tests marked `long` (a fixed campaign of large batches on
+# Certification takes an eighth too (8 of its 60 examples: 252 stochastic decisions compared at
+# the ci profile, above the test's floor of 100; a quarter took 68 s of CPU instead of 19); the
+# other properties 5 of 40. Tests marked `long` (a fixed campaign of large batches on
 # the interpreted sampler, CLI twins of plugin tests, end-to-end runs covered by lighter tests)
 # run in the long run only.
-TRITON_SHARE, CERTIFICATION_SHARE = 0.125, 0.25
+TRITON_SHARE, CERTIFICATION_SHARE = 0.125, 0.125
 LONG_RUN = bool(os.environ.get("RS_VERIFY_FULL"))
 
 

@@ -21,17 +21,18 @@ DEFECT = "examples.broken_sampler:chunk_local_cu"  # fails output_invariants (an
 XFAILS = """
 # known defects of the sampler under test
 output_invariants  cu list of the last chunk (issue 7)  match: cu_num_generated_tokens = \\[0, \\d+\\]
-rs-verify::greedy_chain  believed broken, but it is not
+rs-verify::rejects_bad_input  believed broken, but it is not
 blackbox_chunking  fails, but not like this  match: sampled\\[
 """
 
 
 def test_the_file_format():
     got = parse(XFAILS, PROPERTIES, source="x.txt")
-    assert list(got) == ["output_invariants", "greedy_chain", "blackbox_chunking"]
+    assert list(got) == ["output_invariants", "rejects_bad_input", "blackbox_chunking"]
     assert got["output_invariants"] == Expected("output_invariants", "cu list of the last chunk (issue 7)",
                                                 r"cu_num_generated_tokens = \[0, \d+\]", "x.txt:3")
-    assert got["greedy_chain"].pattern is None and got["greedy_chain"].reason == "believed broken, but it is not"
+    assert got["rejects_bad_input"].pattern is None
+    assert got["rejects_bad_input"].reason == "believed broken, but it is not"
     assert parse("planner why  match: a match: b", PROPERTIES)["planner"].pattern == "a match: b"
 
 
@@ -77,11 +78,11 @@ def test_plugin_reports_xfailed_xpass_strict_and_a_different_failure(gate):
     xfails = gate.makefile(".txt", xfails=XFAILS)
     result = gate.runpytest_subprocess(
         "-p", "rs_verify", f"--rs-sampler={DEFECT}", "--rs-profile", "ci", "--rs-device", "cpu", "--rs-isolate", "off",
-        f"--rs-xfails={xfails}", "-k", "output_invariants or greedy_chain or blackbox_chunking", "-rxf",
+        f"--rs-xfails={xfails}", "-k", "output_invariants or rejects_bad_input or blackbox_chunking", "-rxf",
         "-p", "no:cacheprovider")
     result.assert_outcomes(xfailed=1, failed=2)
     result.stdout.fnmatch_lines(["*XFAIL rs-verify::output_invariants*cu list of the last chunk (issue 7)*"])
-    result.stdout.fnmatch_lines(["*[[]XPASS(strict)[]] greedy_chain passed but is listed as an expected failure*"])
+    result.stdout.fnmatch_lines(["*[[]XPASS(strict)[]] rejects_bad_input passed but is listed as an expected failure*"])
     result.stdout.fnmatch_lines(["*listed as an expected failure at *xfails.txt:? (fails, but not like this*does not match*"])
 
 

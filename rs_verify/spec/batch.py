@@ -133,34 +133,43 @@ class SpecBatch:
     def replace(self, **changes) -> "SpecBatch":
         return dataclasses.replace(self, **changes)
 
-    def sampling_params_on(self) -> tuple[str, ...]:
-        """The sampling parameters (SPEC section 2) that are on for at least one referenced stochastic state."""
-        out = []
+    def _stochastic_states(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """`(states, stochastic)`: each request's state index and whether it samples (T > 0); None
+        for a batch too malformed to tell (these helpers also describe invalid batches)."""
         try:
             states = np.asarray(self.idx_mapping, dtype=np.int64)
-            stochastic = states[np.asarray(self.temperature)[states] > 0]
-            for name, off in (("min_p", 0), ("top_k", 0), ("top_p", 1)):
-                a = getattr(self, name)
-                if a is not None and (np.asarray(a)[stochastic] != off).any():
-                    out.append(name)
+            return states, np.asarray(self.temperature)[states] > 0
         except (IndexError, TypeError, ValueError):
-            pass
+            return None
+
+    def sampling_params_on(self) -> tuple[str, ...]:
+        """The sampling parameters (SPEC section 2) that are on for at least one referenced stochastic state."""
+        found = self._stochastic_states()
+        if found is None:
+            return ()
+        states, stochastic = found
+        out = []
+        for name, off in (("min_p", 0), ("top_k", 0), ("top_p", 1)):
+            a = getattr(self, name)
+            try:
+                if a is not None and (np.asarray(a)[states[stochastic]] != off).any():
+                    out.append(name)
+            except (IndexError, TypeError, ValueError):
+                return tuple(out)
         return tuple(out)
 
     def exercises(self) -> tuple[str, ...]:
         """What of SPEC sections 2 and 4b this batch puts to a sampler (`EXERCISED` names):
         "block" when it is block-verified with a stochastic request that has drafts, and the
         sampling parameters on for at least one referenced stochastic state."""
-        out = []
-        if self.verification == "block":
+        found = self._stochastic_states() if self.verification == "block" else None
+        block = False
+        if found is not None:
             try:
-                states = np.asarray(self.idx_mapping, dtype=np.int64)
-                stochastic = np.asarray(self.temperature)[states] > 0
-                if (stochastic & (self.num_draft_tokens > 0)).any():
-                    out.append("block")
+                block = bool((found[1] & (self.num_draft_tokens > 0)).any())
             except (IndexError, TypeError, ValueError):
                 pass
-        return (*out, *self.sampling_params_on())
+        return (*(("block",) if block else ()), *self.sampling_params_on())
 
     def summary(self) -> str:
         """A compact one-paragraph description, for failure messages (tolerates malformed batches).
