@@ -7,7 +7,8 @@ child process without the interpreter.
 The default run compiles every specialization for sm_80, one test per kernel (138 in all: about
 150 s of CPU with an empty Triton cache on a 2-core CPU machine, seconds with a warm one in
 ~/.triton/cache); the long run (`RS_VERIFY_FULL=1`) runs `rs-verify compile` for sm_80, sm_90 and
-sm_100 (414, about 440 s of CPU cold). Compile errors do not depend on the arch (the frontend
+sm_100 (414, about 440 s of CPU cold) and the mixed widths (one scalar int64 among int32 ones:
+42 more for sm_90, 74 s). Compile errors do not depend on the arch (the frontend
 rejects the code, as with the int64 loop carry below); register counts differ a little between
 archs (verify_kernel: 162 at sm_80, 137 at sm_100), so sm_80, the highest, is the one to gate on.
 The compile tests are marked `slow`: deselect them with `-m "not slow"`.
@@ -134,6 +135,7 @@ def test_error_text_names_the_innermost_reason():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 74 s of CPU with an empty Triton cache (2-core CPU machine)
 def test_mixed_widths_compile():
     """Each size / offset scalar alone >= 2**31 (int64 among int32 ones), on sm_90: ~42 compiles."""
     widths = aot.mixed_widths()
