@@ -4,9 +4,9 @@ Triton's wheel ships ptxas, so every kernel specialization the built-in sampler 
 here, also on a CPU-only runner. Under the test suite's TRITON_INTERPRET=1 the compile runs in a
 child process without the interpreter.
 
-The default run compiles every specialization for sm_80, one test per kernel (138 in all: about
-150 s of CPU with an empty Triton cache on a 2-core CPU machine, seconds with a warm one in
-~/.triton/cache); the long run (`RS_VERIFY_FULL=1`) runs `rs-verify compile` for sm_80, sm_90 and
+The default run compiles every specialization of float32 and bfloat16 logits for sm_80, one test
+per kernel (two thirds of the 138 of all three dtypes, which take about 150 s of CPU with an empty
+Triton cache on a 2-core CPU machine, seconds with a warm one in ~/.triton/cache); the long run (`RS_VERIFY_FULL=1`) runs `rs-verify compile` for sm_80, sm_90 and
 sm_100 (414, about 440 s of CPU cold) and the mixed widths (one scalar int64 among int32 ones:
 42 more for sm_90, 74 s). Compile errors do not depend on the arch (the frontend
 rejects the code, as with the int64 loop carry below); register counts differ a little between
@@ -25,10 +25,15 @@ ONE_SPECIALIZATION = dict(kernels=["row_stats_kernel"], dtypes=("float32",), dra
                           vocab_classes=("16n",))
 
 
+# float16 logits take the same code as bfloat16 ones but for the load's conversion to float32:
+# the default run compiles float32 and bfloat16, the long run (the CLI test below) all three.
+DEFAULT_RUN_DTYPES = ("float32", "bfloat16")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", aot.KERNELS)
 def test_every_specialization_compiles_for_sm_80(kernel):
-    results = aot.compile_all([80], kernels=[kernel])
+    results = aot.compile_all([80], kernels=[kernel], dtypes=DEFAULT_RUN_DTYPES)
     assert results and {r.kernel for r in results} == {kernel}
     assert not aot.gate_failures(results), [(r.width, r.label, r.error or f"{r.local} bytes spilled")
                                             for r in aot.gate_failures(results)]
