@@ -24,7 +24,7 @@ from .decisions import (  # noqa: F401  (re-exported: the comparison's public na
 )
 from .registry import PropertyFailure, register
 from .inputs import certifiable_batches
-from .transforms import copies_note, reseeded_copies
+from .transforms import copies_note, reported_on, reseeded_copies
 
 LOGPROB_RTOL = 1e-4  # SPEC section 6: logprobs within 1e-4 * L of the reference
 # Each drawn batch is verified together with reseeded copies of its requests: the same
@@ -125,10 +125,8 @@ def certified_equivalence(ctx, drawn) -> None:
     """Every decision equals the float64 reference's, except a few excused near-ties (SPEC section 8)."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
     ref_out, traces = ctx.reference.verify_with_trace(batch)
-    try:
+    with reported_on(drawn):  # the output rules (SPEC 4-6) fail at the call
         out = call(ctx.sampler, batch)
-    except PropertyFailure as exc:  # the output rules (SPEC 4-6), reported on the drawn batch
-        raise PropertyFailure(f"{exc}{copies_note(drawn)}", batch=drawn, details=exc.details) from None
     cmp = compare_decisions(batch, out, traces, reference=ctx.reference)
     n_excused = len(cmp.excused)
     event(f"excused divergences: {min(n_excused, 3)}{'+' if n_excused >= 3 else ''}")

@@ -11,20 +11,18 @@ import numpy as np
 from ..spec import probs
 from .assertions import call, event
 from .output_rules import check_output_invariants, fail_request
-from .registry import PropertyFailure, register
+from .registry import register
 from .certification import REPLICAS
 from .inputs import decision_rich
-from .transforms import copies_note, reseeded_copies
+from .transforms import reported_on, reseeded_copies
 
 
 @register("output_invariants", "invariants", strategy=decision_rich)
 def output_invariants(ctx, drawn) -> None:
     """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
-    try:
+    with reported_on(drawn):
         check_output_invariants(batch, call(ctx.sampler, batch, check=False))
-    except PropertyFailure as exc:
-        raise PropertyFailure(f"{exc}{copies_note(drawn)}", batch=drawn, details=exc.details) from None
 
 
 @register("greedy_chain", "invariants", strategy=decision_rich)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
+from ..harness.failure import PropertyFailure
 from ..spec.batch import STATE_FIELDS, SpecBatch
 from ..spec.chunking import select_requests
 
@@ -52,6 +55,15 @@ def copies_note(drawn: SpecBatch) -> str:
     r = drawn.num_reqs
     return (f" (checked on the drawn batch followed by reseeded copies of it: request i there is "
             f"drawn request i mod {r}, under a fresh seed and shifted positions when i >= {r})")
+
+
+@contextlib.contextmanager
+def reported_on(drawn: SpecBatch):
+    """A `PropertyFailure` raised on `reseeded_copies(drawn, ...)`, re-raised on `drawn` with `copies_note`."""
+    try:
+        yield
+    except PropertyFailure as exc:
+        raise PropertyFailure(f"{exc}{copies_note(drawn)}", batch=drawn, details=exc.details) from None
 
 
 def reseeded_copies(batch: SpecBatch, copies: int, seed: int) -> SpecBatch:
