@@ -84,16 +84,16 @@ def _k(*pairs):
 
 # -- recurring anchors in rs_verify/triton_sampler/kernels.py ---------------------------
 RESAMPLE_SEED = "g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]"
-ACCEPT_U = "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)"
+ACCEPT_U = "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_pos)[0]), TINY)"
 STATE_SEED = "seed = tl.load(seeds_ptr + s)"
 GREEDY = "greedy = temp == 0.0"
 FINAL_CLAMP = "    tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)\n"
-ROW_STATS_TARGET = "m, sum_exp, arg = _row_stats(target_ptr + j * V, Vp, t_div, BLOCK_V)"
-ROW_STATS_DRAFT = "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, Vp, t_div, BLOCK_V)"
+ROW_STATS_TARGET = "m, sum_exp, arg = _row_stats(target_ptr + j * V, live, Vp, t_div, BLOCK_R, BLOCK_V)"
+ROW_STATS_DRAFT = "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, verifies, Vp, t_div, BLOCK_R, BLOCK_V)"
 VERIFY_ZQ = ("* Vd + d_safe, mask=smask, other=NEG_INF)\n"
-             "                zq = tl.div_rn(zq.to(tl.float32), t_div)")
-RESAMPLE_ZQ = ("mask=tl.where(use_q, mask, False), other=NEG_INF)\n"
-               "            zq = tl.div_rn(zq.to(tl.float32), t_div)")
+             "            zq = tl.div_rn(zq.to(tl.float32), t_col)")
+RESAMPLE_ZQ = ("mask=use_q[:, None] & mask, other=NEG_INF)\n"
+               "            zq = tl.div_rn(zq.to(tl.float32), t_col)")
 STATS_ALLOC = """    t_max = torch.empty(n, dtype=torch.float32, device=device)
     t_logsum = torch.empty(n, dtype=torch.float32, device=device)
     t_arg = torch.empty(n, dtype=torch.int32, device=device)
@@ -122,11 +122,11 @@ MUTANTS: list[Mutant] = [
         "noise is the acceptance uniform u itself and token x's is the uniform of position pos + x.",
         TRITON,
         _k(
-            ("g, use_q, excl,\n", "g, use_q, excl, pos_t,  # MUTANT\n"),
-            ("v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)",
-             "v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, pos_t + idx)[0]), TINY)  # MUTANT"),
+            ("g, use_q, excl, rmask,\n", "g, use_q, excl, pos_t, rmask,  # MUTANT\n"),
+            ("v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, idx)[0]), TINY)",
+             "v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, pos_t[:, None] + idx)[0]), TINY)  # MUTANT"),
             (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream\n        pos_t = tl.load(pos_ptr + jt)"),
-            ("g, ok_t, -1,\n", "g, ok_t, -1, pos_t,\n"),
+            ("g, ok_t, tl.full(t.shape, -1, t.dtype),\n", "g, ok_t, tl.full(t.shape, -1, t.dtype), pos_t,\n"),
             ("g, ok_t, excl,\n", "g, ok_t, excl, pos_t,\n"),
         ),
         killers=("certified_equivalence",),
@@ -144,7 +144,7 @@ MUTANTS: list[Mutant] = [
         "RNG keyed by the batch row instead of the token position: streams change when the batch is "
         "permuted, split or merged.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos"),
+        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_vec)[0]), TINY)  # MUTANT: row, not pos"),
            (RESAMPLE_SEED, "g = tl.randint4x(seed, jt)[0]  # MUTANT: row, not pos")),
         killers=("batch_invariance", "certified_equivalence"),
     ),
@@ -153,7 +153,7 @@ MUTANTS: list[Mutant] = [
         "Acceptance uniform keyed by the batch row instead of the token position (the resample noise is right): "
         "accept/reject decisions change when the batch is permuted, split or chunked.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos")),
+        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_vec)[0]), TINY)  # MUTANT: row, not pos")),
         killers=("certified_equivalence", "batch_invariance"),
     ),
     Mutant(
@@ -167,7 +167,7 @@ MUTANTS: list[Mutant] = [
         "per_request_seeds_ignored",
         "Per-request seeds ignored: every request draws from the first state's seed.",
         TRITON,
-        _k((STATE_SEED, "seed = tl.load(seeds_ptr)  # MUTANT: one seed for all")),
+        _k((STATE_SEED, "seed = tl.load(seeds_ptr + s * 0)  # MUTANT: one seed for all")),
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -175,7 +175,7 @@ MUTANTS: list[Mutant] = [
         "u not clamped to TINY: u = rand(seed, pos) may be exactly 0, and log 0 = -inf accepts any draft "
         "with p(d) > 0 (SPEC 3: u = max(rand, TINY)).",
         TRITON,
-        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0])  # MUTANT: no TINY")),
+        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(tl.randint4x(seed_col, j_pos)[0])  # MUTANT: no TINY")),
         killers=("stream_edges",),
         note="Differs only where the Philox word is 0 or -1 (2 in 2**32 draws): random batches never reach it.",
     ),
@@ -215,10 +215,10 @@ MUTANTS: list[Mutant] = [
         "Chunk offsets not rebased: the verify kernel of every chunk gets request offset 0, so it re-verifies "
         "the first requests and never the chunk's own.",
         TRITON,
-        {"sampler.py": [("                a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,\n",
-                         "                0, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,  # MUTANT: offset not rebased\n"),
-                        ("                    a, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),\n",
-                         "                    0, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),  # MUTANT\n")]},
+        {"sampler.py": [("                a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,\n",
+                         "                0, b - a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,  # MUTANT: offset not rebased\n"),
+                        ("                    a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),\n",
+                         "                    0, b - a, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),  # MUTANT\n")]},
         killers=("chunked_equals_full",),
     ),
     Mutant(
@@ -282,10 +282,10 @@ MUTANTS: list[Mutant] = [
         "int32 overflow of row x vocab: the row offset wraps. Emulated by truncating j * V modulo 2**7 "
         "(instead of 2**32) so that small batches (N * V > 128) show it.",
         TRITON,
-        _k((ROW_STATS_TARGET, "m, sum_exp, arg = _row_stats(target_ptr + (j * V) % 128, Vp, t_div, BLOCK_V)  # MUTANT"),
+        _k((ROW_STATS_TARGET, "m, sum_exp, arg = _row_stats(target_ptr + (j * V) % 128, live, Vp, t_div, BLOCK_R, BLOCK_V)  # MUTANT"),
            ("zd = tl.load(target_ptr + j_vec * V + d_safe,", "zd = tl.load(target_ptr + (j_vec * V) % 128 + d_safe,"),
            ("t_row = target_ptr + jt * V", "t_row = target_ptr + (jt * V) % 128  # MUTANT"),
-           ("row = target_ptr + j * V\n", "row = target_ptr + (j * V) % 128  # MUTANT\n")),
+           ("rows = target_ptr + j * V\n", "rows = target_ptr + (j * V) % 128  # MUTANT\n")),
         killers=("greedy_chain", "certified_equivalence"),
         note="The real bug needs N * V >= 2**31 (e.g. 14,000 rows of a 152k vocabulary); the wrapped offset "
              "(j * V) mod 2**7 <= j * V keeps every read in bounds.",
@@ -297,8 +297,8 @@ MUTANTS: list[Mutant] = [
         TRITON,
         _k(("d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)",
             "d = tl.load(draft_ids_ptr + j_vec, mask=smask, other=-1)  # MUTANT: j, not j + 1"),
-           ("    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)",
-            "    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT"),
+           ("\n    has_d = t < n\n    d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)\n",
+            "\n    has_d = t < n\n    d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT\n"),
            ("        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)\n        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
             "        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT (resample_kernel)\n"
             "        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr")),
@@ -327,8 +327,9 @@ MUTANTS: list[Mutant] = [
         "Bonus token drawn from the wrong row: cu[r + 1] (the next request's first row) instead of "
         "cu[r + 1] - 1.",
         TRITON,
-        _k(("    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n    if greedy:",
-            "    jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n    if greedy:"),
+        _k(("    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n    tok = tl.load(t_arg_ptr + jt)",
+            "    jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n"
+            "    tok = tl.load(t_arg_ptr + jt)"),
            ("        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n        has_d",
             "        jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n        has_d")),
         killers=("greedy_chain", "certified_equivalence"),
@@ -338,8 +339,8 @@ MUTANTS: list[Mutant] = [
         "Accepted count not a prefix: num_accepted = the number of accepted drafts, not the index of the "
         "first rejection, so a rejected draft followed by accepted ones is emitted.",
         TRITON,
-        _k(("t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0, _MIN))",
-            "t = tl.minimum(t, kb + tl.sum((smask & (acc != 0)).to(tl.int32), 0))  # MUTANT: a count")),
+        _k(("t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 1, _MIN))",
+            "t = tl.minimum(t, kb + tl.sum((smask & (acc != 0)).to(tl.int32), 1))  # MUTANT: a count")),
         killers=("greedy_chain", "certified_equivalence"),
     ),
     Mutant(
@@ -347,7 +348,7 @@ MUTANTS: list[Mutant] = [
         "Draft vocab padding ignored: the target's max / sum / argmax run over V instead of V' = min(V, Vd), "
         "so p is normalised over tokens no draft can propose and greedy may pick one.",
         TRITON,
-        _k((ROW_STATS_TARGET, "m, sum_exp, arg = _row_stats(target_ptr + j * V, V, t_div, BLOCK_V)  # MUTANT: V")),
+        _k((ROW_STATS_TARGET, "m, sum_exp, arg = _row_stats(target_ptr + j * V, live, V, t_div, BLOCK_R, BLOCK_V)  # MUTANT: V")),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
@@ -397,9 +398,10 @@ MUTANTS: list[Mutant] = [
         "Temperature applied to the target but not to the draft: q = softmax(draft) instead of "
         "softmax(draft / T) (target and draft processed with different sampling params).",
         TRITON,
-        _k((ROW_STATS_DRAFT, "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, Vp, 1.0, BLOCK_V)  # MUTANT"),
-           (VERIFY_ZQ, VERIFY_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)", "zq.to(tl.float32)  # MUTANT")),
-           (RESAMPLE_ZQ, RESAMPLE_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)", "zq.to(tl.float32)  # MUTANT"))),
+        _k((ROW_STATS_DRAFT, "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, verifies, Vp, tl.full([BLOCK_R], 1.0, "
+                             "tl.float32), BLOCK_R, BLOCK_V)  # MUTANT"),
+           (VERIFY_ZQ, VERIFY_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_col)", "zq.to(tl.float32)  # MUTANT")),
+           (RESAMPLE_ZQ, RESAMPLE_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_col)", "zq.to(tl.float32)  # MUTANT"))),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
@@ -426,8 +428,8 @@ MUTANTS: list[Mutant] = [
         "bf16 draft probabilities: the draft's processed logit in the acceptance test is rounded to bfloat16.",
         TRITON,
         _k((VERIFY_ZQ, VERIFY_ZQ.replace(
-            "tl.div_rn(zq.to(tl.float32), t_div)",
-            "tl.div_rn(zq.to(tl.float32), t_div).to(tl.bfloat16).to(tl.float32)  # MUTANT"))),
+            "tl.div_rn(zq.to(tl.float32), t_col)",
+            "tl.div_rn(zq.to(tl.float32), t_col).to(tl.bfloat16).to(tl.float32)  # MUTANT"))),
         killers=("certified_equivalence",),
     ),
     # -- the algorithm (SPEC section 4) ------------------------------------------------------------
@@ -435,7 +437,7 @@ MUTANTS: list[Mutant] = [
         "one_hot_residual_keeps_draft",
         "One-hot residual not zeroing the draft: after rejecting draft d the resample draws from p, d included.",
         TRITON,
-        _k(("excl = tl.where(ok_t, d_t, -1)", "excl = -1  # MUTANT: r(d) not zeroed")),
+        _k(("excl = tl.where(ok_t, d_t, -1)", "excl = tl.where(ok_t, -1, -1)  # MUTANT: r(d) not zeroed")),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
@@ -443,8 +445,8 @@ MUTANTS: list[Mutant] = [
         "Padded (-1) model drafts resampled from max(p - q, 0) with the q of a step that proposed nothing "
         "(measured vLLM MRV2 behaviour; SPEC 4 resamples from p).",
         TRITON,
-        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        g = tl.randint",
-            "        ok_t = has_d  # MUTANT: padded drafts use q\n        g = tl.randint"),
+        _k(("    ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n    stochastic",
+            "    ok_t = has_d  # MUTANT: padded drafts use q\n    stochastic"),
            ("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
             "        ok_t = has_d  # MUTANT: padded drafts use q (resample_kernel)\n        thr")),
         killers=("certified_equivalence",),
@@ -462,30 +464,30 @@ MUTANTS: list[Mutant] = [
         "resample_ignores_residual",
         "Resample from p instead of the residual max(p - q, 0) after a rejected model draft.",
         TRITON,
-        _k(("            sr = tl.where(use_q, sq, sp)\n", "            sr = sp  # MUTANT: residual ignored\n")),
+        _k(("            sr = tl.where(use_q[:, None], sq, sp)\n", "            sr = sp  # MUTANT: residual ignored\n")),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
         "acceptance_ignores_draft_probability",
         "Acceptance test without q for model drafts: accept iff p(d) > u (the one-hot rule), not p(d) > u q(d).",
         TRITON,
-        _k(("            acc = ok & (log_p > thr)\n", "            acc = ok & (log_p > tl.log(u))  # MUTANT\n")),
+        _k(("        acc = ok & (log_p > thr)\n", "        acc = ok & (log_p > tl.log(u))  # MUTANT\n")),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
         "argmax_regardless_of_temperature",
         "Argmax used regardless of temperature: the resample / bonus token is the argmax of z for every request.",
         TRITON,
-        _k(("    if greedy:\n        tok = tl.load(t_arg_ptr + jt)\n",
-            "    if temp >= 0.0:  # MUTANT: argmax for every request\n        tok = tl.load(t_arg_ptr + jt)\n")),
+        _k(("        tok = tl.where(greedy, tok, drawn.to(tl.int64))\n",
+            "        tok = tl.where(temp >= 0.0, tok, drawn.to(tl.int64))  # MUTANT: argmax for every request\n")),
         killers=("certified_equivalence", "output_invariants"),
     ),
     Mutant(
         "argmax_ties_to_highest_index",
         "Argmax ties broken towards the highest index across vocab lanes (SPEC 4: the lowest index).",
         TRITON,
-        _k(("arg = tl.reduce(tl.where(m_vec == m, i_vec, BIG_INDEX), 0, _MIN)",
-            "arg = tl.max(tl.where(m_vec == m, i_vec, -1), 0)  # MUTANT: highest index")),
+        _k(("arg = tl.reduce(tl.where(m_vec == m[:, None], i_vec, BIG_INDEX), 1, _MIN)",
+            "arg = tl.max(tl.where(m_vec == m[:, None], i_vec, -1), 1)  # MUTANT: highest index")),
         killers=("greedy_chain",),
     ),
     Mutant(
@@ -521,7 +523,7 @@ MUTANTS: list[Mutant] = [
         "The block's resample residual taken as max(p - q, 0) (the token-wise one) instead of "
         "max(P_{tau-1} p - q, 0) after a partly accepted block.",
         TRITON,
-        _k(("l_scale = tl.load(l_res_ptr + r)", "l_scale = tl.full([], 0.0, tl.float32)  # MUTANT: P = 1")),
+        _k(("l_scale = tl.load(l_res_ptr + r)", "l_scale = tl.full([BLOCK_R], 0.0, tl.float32)  # MUTANT: P = 1")),
         killers=("certified_equivalence", "output_invariants"),
     ),
     Mutant(
@@ -529,8 +531,8 @@ MUTANTS: list[Mutant] = [
         "A -1 placeholder read as a token in block mode (vLLM #50939): a padded draft does not end the block, "
         "its id is clamped to token 0 and the placeholder is emitted as accepted.",
         TRITON,
-        {"block.py": [("((d < 0) | (d >= Vp)), i_vec, BIG_INDEX), 0, _MIN))",
-                       "(d >= Vp), i_vec, BIG_INDEX), 0, _MIN))  # MUTANT: -1 not a padded draft")]},
+        {"block.py": [("((d < 0) | (d >= Vp)), i_vec, BIG_INDEX), 1, _MIN))",
+                       "(d >= Vp), i_vec, BIG_INDEX), 1, _MIN))  # MUTANT: -1 not a padded draft")]},
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
@@ -575,8 +577,7 @@ MUTANTS: list[Mutant] = [
         "top_p_ignored",
         "Top-p not applied in verification (mlc-llm #2940): min-p and top-k masks are, the top-p search is skipped.",
         TRITON,
-        {"masks.py": [("    if top_p < 1.0:\n        key, w, target, ties",
-                       "    if top_p > 1.0:  # MUTANT: top-p ignored\n        key, w, target, ties")]},
+        {"masks.py": [("    need_p = act & (top_p < 1.0)\n", "    need_p = act & (top_p > 1.0)  # MUTANT: top-p ignored\n")]},
         killers=("certified_equivalence", "output_invariants"),
     ),
     Mutant(
@@ -584,9 +585,9 @@ MUTANTS: list[Mutant] = [
         "Top-k kept strictly above the k-th value: the k-th token and every token tied with it masked "
         "(SPEC 2: ties at the k-th value kept).",
         TRITON,
-        {"masks.py": [("        lo = tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True))\n",
-                       "        lo = tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True))\n"
-                       "        cut = tl.full([], -1, tl.int32)  # MUTANT: z > k-th value only\n")]},
+        {"masks.py": [("        lo = tl.where(need_k, tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True)), lo)\n",
+                       "        lo = tl.where(need_k, tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True)), lo)\n"
+                       "        cut = tl.where(need_k, -1, cut)  # MUTANT: z > k-th value only\n")]},
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -594,7 +595,8 @@ MUTANTS: list[Mutant] = [
         "Every token tied with the top-p boundary value kept (SPEC 2: ties ordered by token id, kept while the "
         "mass before them is below top_p).",
         TRITON,
-        {"masks.py": [("        if keep < ties:\n", "        if keep < 0:  # MUTANT: all boundary ties kept\n")]},
+        {"masks.py": [("        splits = need_p & (keep < ties)\n",
+                       "        splits = need_p & (keep < 0)  # MUTANT: all boundary ties kept\n")]},
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -611,17 +613,17 @@ MUTANTS: list[Mutant] = [
         "Sampling parameters applied to the bonus row only, skipped on verified rows as 'argmax-invariant' "
         "(vLLM #42744): acceptance and resampling use the unmasked p.",
         TRITON,
-        _k(("    if temp != 0.0:\n        min_p = tl.load(min_p_ptr + s)",
+        _k(("    masks = live & (temp != 0.0) & (",
             "    bonus = (j == N - 1) | (tl.load(req_of_row_ptr + tl.minimum(j + 1, N - 1)).to(tl.int64) != r)"
-            "  # MUTANT\n    if (temp != 0.0) & bonus:\n        min_p = tl.load(min_p_ptr + s)")),
+            "  # MUTANT\n    masks = live & bonus & (temp != 0.0) & (")),
         killers=("certified_equivalence", "output_invariants"),
     ),
     Mutant(
         "processed_logprobs_unmasked",
         "Processed logprobs of the unmasked row: the masks reach the sampling but not the returned logprobs.",
         TRITON,
-        {"sampler.py": [("blo, n, r, s, v, v_eff, processed, masked & processed,",
-                         "blo, n, r, s, v, v_eff, processed, 0,  # MUTANT: logprobs unmasked")]},
+        {"sampler.py": [("blo, bhi, n, r, s, v, v_eff, processed, masked & processed,",
+                         "blo, bhi, n, r, s, v, v_eff, processed, 0,  # MUTANT: logprobs unmasked")]},
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -629,10 +631,12 @@ MUTANTS: list[Mutant] = [
         "Top-p computed over the whole row and intersected with min-p and top-k, instead of over the tokens "
         "they leave (SPEC 2's order: min-p, then top-k, then top-p).",
         TRITON,
-        {"masks.py": [("_radix_select(row_ptr, n, t_div, lo, m, top_k, top_p, True, MB)",
-                       "_radix_select(row_ptr, n, t_div, NEG_INF, m, top_k, top_p, True, MB)  # MUTANT"),
-                      ("        lo = (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, bitcast=True)",
-                       "        lo = tl.maximum(lo, (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, bitcast=True))")]},
+        {"masks.py": [("_radix_select(row_ptrs, n, t_div, lo, m, top_k, top_p, need_p, True, BLOCK_R, MB)",
+                       "_radix_select(row_ptrs, n, t_div, tl.full([BLOCK_R], NEG_INF, tl.float32), m, top_k, top_p, "
+                       "need_p, True, BLOCK_R, MB)  # MUTANT"),
+                      ("        lo = tl.where(need_p, (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, bitcast=True), lo)",
+                       "        lo = tl.where(need_p, tl.maximum(lo, (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, "
+                       "bitcast=True)), lo)  # MUTANT")]},
         killers=("certified_equivalence",),
     ),
     # -- the reference (fast: the distribution campaigns run) --------------------------------------
@@ -710,11 +714,11 @@ EQUIVALENT: list[Mutant] = [
         "plain_division",
         "`/` instead of tl.div_rn for the processed logits (fp32 division not IEEE-rounded on the GPU).",
         TRITON,
-        _k(("z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)",
-            "z = tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_div  # MUTANT"),
-           ("z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)",
-            "z = tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_div  # MUTANT"),
-           ("zd = tl.div_rn(zd.to(tl.float32), t_div)", "zd = zd.to(tl.float32) / t_div  # MUTANT")),
+        _k(("z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)",
+            "z = tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_col  # MUTANT"),
+           ("z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)",
+            "z = tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_col  # MUTANT"),
+           ("zd = tl.div_rn(zd.to(tl.float32), t_col)", "zd = zd.to(tl.float32) / t_col  # MUTANT")),
         note="Equivalent on CPU: the interpreter evaluates both `/` and tl.div_rn with np.divide (IEEE). On a "
              "GPU `/` is off by <= 2 ulp, inside the certification's eps * L tolerance, and chunked / permuted "
              "runs of the same sampler round alike: no property of the SPEC 8 contract can see it.",

@@ -25,7 +25,7 @@ last; one-hot drafts none. Greedy requests and token-wise batches never enter it
 
 import triton
 import triton.language as tl
-from triton.language.standard import _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
+from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
 
 TINY = tl.constexpr(4.6566127342e-10)
 NEG_INF = tl.constexpr(float("-inf"))
@@ -34,42 +34,55 @@ STEP_BLOCK = tl.constexpr(16)
 
 
 @triton.jit
-def _block_z(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, l_scale, thr, cut, masked,
-             BLOCK_V: tl.constexpr):
-    """Z = sum over [0, n) of max(P p(x) - q(x), 0), log P = l_scale; p masked by (thr, cut)."""
+def _block_z(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, l_scale, thr, cut, masked, rmask,
+             BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Z = sum over [0, n) of max(P p(x) - q(x), 0), log P = l_scale; p masked by (thr, cut) when
+    `masked` (a row without parameters has (-inf, BIG_INDEX): its mask keeps every token). For each
+    of the BLOCK_R rows (every argument but n and masked one per row; rows without `rmask` read
+    nothing and get 0)."""
     offs = tl.arange(0, BLOCK_V)
-    acc = tl.full([BLOCK_V], 0, tl.float32)
+    acc = tl.full([BLOCK_R, BLOCK_V], 0, tl.float32)
+    t_ptr = t_row_ptrs[:, None]
+    q_ptr = q_row_ptrs[:, None]
+    t_col = t_div[:, None]
+    q_m_col = q_m[:, None]
+    q_log_s_col = q_log_s[:, None]
+    thr_col = thr[:, None]
+    cut_col = cut[:, None]
     for start in range(0, n, BLOCK_V):
-        idx = start + offs
-        mask = idx < n
-        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        idx = (start + offs)[None, :]
+        mask = rmask[:, None] & (idx < n)
+        z = tl.div_rn(tl.load(t_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
         z = tl.where(z == z, z, NEG_INF)
         if masked:
-            z = tl.where((z > thr) | ((z == thr) & (idx <= cut)), z, NEG_INF)
-        zq = tl.div_rn(tl.load(q_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+            z = tl.where((z > thr_col) | ((z == thr_col) & (idx <= cut_col)), z, NEG_INF)
+        zq = tl.div_rn(tl.load(q_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
         zq = tl.where(zq == zq, zq, NEG_INF)
-        term = tl.exp((z - m) - log_s + l_scale) - tl.exp((zq - q_m) - q_log_s)
+        term = tl.exp((z - m[:, None]) - log_s[:, None] + l_scale[:, None]) - tl.exp((zq - q_m_col) - q_log_s_col)
         acc += tl.where(mask & (term > 0.0), term, 0.0)
-    return tl.reduce(acc, 0, _SUM)
+    return tl.reduce(acc, 1, _SUM)
 
 
 @triton.jit
 def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
-               d_logsum_ptr, t_thr_ptr, t_cut_ptr, out_row, start, n, s, seed, t_div, K, V, Vd, Vp,
-               MASKED, HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
-    """(tau, log P_{tau-1}) of one stochastic request of n drafts at rows start.. (module docstring)."""
+               d_logsum_ptr, t_thr_ptr, t_cut_ptr, out_row, start, n, s, seed, t_div, N, K, V, Vd, Vp,
+               MASKED, HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """(tau, log P_{tau-1}) of BLOCK_R stochastic requests of n drafts at rows start.. (module
+    docstring; one value per request in every argument from out_row to t_div). A request with
+    n = 0 gets (0, 0); the steps run to the longest request's m, each request's own while i < m."""
     m = n
-    for kb in range(0, n, STEP_BLOCK):
-        i_vec = kb + tl.arange(0, STEP_BLOCK)
-        smask = i_vec < n
-        d = tl.load(draft_ids_ptr + start + i_vec + 1, mask=smask, other=-1)
-        m = tl.minimum(m, tl.reduce(tl.where(smask & ((d < 0) | (d >= Vp)), i_vec, BIG_INDEX), 0, _MIN))
-    l_p = tl.full([], 0.0, tl.float32)
-    l_res = tl.full([], 0.0, tl.float32)
+    for kb in range(0, tl.reduce(n, 0, _MAX), STEP_BLOCK):
+        i_vec = (kb + tl.arange(0, STEP_BLOCK))[None, :]
+        smask = i_vec < n[:, None]
+        d = tl.load(draft_ids_ptr + start[:, None] + i_vec + 1, mask=smask, other=-1)
+        m = tl.minimum(m, tl.reduce(tl.where(smask & ((d < 0) | (d >= Vp)), i_vec, BIG_INDEX), 1, _MIN))
+    l_p = tl.full(t_div.shape, 0.0, tl.float32)
+    l_res = tl.full(t_div.shape, 0.0, tl.float32)
     tau = tl.full(m.shape, 0, m.dtype)
-    for i in range(0, m):
-        j = start + i
-        d = tl.minimum(tl.maximum(tl.load(draft_ids_ptr + j + 1), 0), Vp - 1)
+    for i in range(0, tl.reduce(m, 0, _MAX)):
+        act = i < m
+        j = tl.minimum(start + i, N - 1)
+        d = tl.minimum(tl.maximum(tl.load(draft_ids_ptr + j + 1, mask=act, other=0), 0), Vp - 1)
         zd = tl.div_rn(tl.load(target_ptr + j * V + d).to(tl.float32), t_div)
         zd = tl.where(zd == zd, zd, NEG_INF)
         if MASKED != 0:
@@ -84,20 +97,21 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
         step = tl.minimum(l_p + ratio, 0.0)
         l_p = tl.where((lp_d == NEG_INF) | (l_p == NEG_INF) | (step != step), NEG_INF, step)
         log_h = l_p
-        if i + 1 < m:
-            j1 = j + 1
-            thr1 = tl.full([], NEG_INF, tl.float32)
-            cut1 = tl.full([], BIG_INDEX, tl.int32)
+        nxt = act & (i + 1 < m)
+        if tl.reduce(nxt.to(tl.int32), 0, _MAX) != 0:
+            j1 = tl.minimum(j + 1, N - 1)
+            thr1 = tl.full(t_div.shape, NEG_INF, tl.float32)
+            cut1 = tl.full(t_div.shape, BIG_INDEX, tl.int32)
             if MASKED != 0:
                 thr1 = tl.load(t_thr_ptr + j1)
                 cut1 = tl.load(t_cut_ptr + j1)
             if HAS_DRAFT:
-                z_next = _block_z(target_ptr + j1 * V, draft_ptr + (s * K + i + 1) * Vd, Vp, t_div,
+                z_next = _block_z(target_ptr + j1 * V, draft_ptr + (s * K + tl.minimum(i + 1, K - 1)) * Vd, Vp, t_div,
                                   tl.load(t_max_ptr + j1), tl.load(t_logsum_ptr + j1), tl.load(d_max_ptr + j1),
                                   tl.load(d_logsum_ptr + j1), l_p, thr1, cut1,
-                                  (thr1 != NEG_INF) | (cut1 != BIG_INDEX), BLOCK_V // 2)
+                                  MASKED != 0, nxt, BLOCK_R, BLOCK_V // 2)
             else:
-                d1 = tl.minimum(tl.maximum(tl.load(draft_ids_ptr + j1 + 1), 0), Vp - 1)
+                d1 = tl.minimum(tl.maximum(tl.load(draft_ids_ptr + j1 + 1, mask=nxt, other=0), 0), Vp - 1)
                 z1 = tl.div_rn(tl.load(target_ptr + j1 * V + d1).to(tl.float32), t_div)
                 z1 = tl.where((z1 == z1) & ((z1 > thr1) | ((z1 == thr1) & (d1 <= cut1))), z1, NEG_INF)
                 a1 = tl.minimum((z1 - tl.load(t_max_ptr + j1)) - tl.load(t_logsum_ptr + j1), 0.0)
@@ -109,13 +123,14 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
             one_m_p = -tl.where(e == 1.0, l_p, tl.where(e == 0.0, -1.0, (e - 1.0) * l_p / le))
             den = z_next + one_m_p
             log_h = tl.where(den > 0.0, tl.log(z_next) - tl.log(tl.where(den > 0.0, den, 1.0)), 0.0)
+            log_h = tl.where(nxt, log_h, l_p)
         u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, tl.load(pos_ptr + j))[0]), TINY)
-        ok = tl.log(u) <= log_h
+        ok = act & (tl.log(u) <= log_h)
         tau = tl.where(ok, i + 1, tau)
         l_res = tl.where(ok, l_p, l_res)
-    for kb in range(0, tau, STEP_BLOCK):
-        i_vec = kb + tl.arange(0, STEP_BLOCK)
-        smask = i_vec < tau
-        tl.store(out_row + i_vec, tl.load(draft_ids_ptr + start + i_vec + 1, mask=smask, other=-1), mask=smask)
+    for kb in range(0, tl.reduce(tau, 0, _MAX), STEP_BLOCK):
+        i_vec = (kb + tl.arange(0, STEP_BLOCK))[None, :]
+        smask = i_vec < tau[:, None]
+        tl.store(out_row[:, None] + i_vec, tl.load(draft_ids_ptr + start[:, None] + i_vec + 1, mask=smask, other=-1),
+                 mask=smask)
     return tau, l_res
-

@@ -64,20 +64,23 @@ STEP_BLOCK = tl.constexpr(16)
 
 # -- row reductions ---------------------------------------------------------
 @triton.jit
-def _row_stats(row_ptr, n, t_div, BLOCK_V: tl.constexpr):
-    """Max, sum of exp(z - max) and argmax (lowest index on ties) of z over [0, n).
+def _row_stats(row_ptrs, rmask, n, t_div, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Max, sum of exp(z - max) and argmax (lowest index on ties) of z over [0, n), for each of the
+    BLOCK_R rows `row_ptrs` (t_div per row; rows with `rmask` false read nothing: (-inf, 0, 0)).
 
     Per-lane online accumulators (one exp per element), reduced across lanes
     once at the end: the order is fixed by BLOCK_V alone.
     """
     offs = tl.arange(0, BLOCK_V)
-    m_vec = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    s_vec = tl.full([BLOCK_V], 0, tl.float32)
-    i_vec = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx: int32, or int64 for an int64 n
+    m_vec = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    s_vec = tl.full([BLOCK_R, BLOCK_V], 0, tl.float32)
+    i_vec = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx: int32, or int64 for an int64 n
+    row_ptr = row_ptrs[:, None]
+    t_col = t_div[:, None]
     for start in range(0, n, BLOCK_V):
-        idx = start + offs
-        mask = idx < n
-        z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        idx = (start + offs)[None, :]
+        mask = rmask[:, None] & (idx < n)
+        z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
         z = tl.where(z == z, z, NEG_INF)
         gt = z > m_vec
         e = tl.exp(tl.where(gt, m_vec - z, z - m_vec))
@@ -85,19 +88,27 @@ def _row_stats(row_ptr, n, t_div, BLOCK_V: tl.constexpr):
         s_vec = tl.where(gt, s_vec * e + 1.0, s_vec + e)
         i_vec = tl.where(gt, idx, i_vec)
         m_vec = tl.where(gt, z, m_vec)
-    m = tl.reduce(m_vec, 0, _MAX)
+    m = tl.reduce(m_vec, 1, _MAX)
     live = m_vec != NEG_INF
-    scale = tl.exp(tl.where(live, m_vec - m, 0.0))
-    s = tl.reduce(tl.where(live, s_vec * scale, 0.0), 0, _SUM)
-    arg = tl.reduce(tl.where(m_vec == m, i_vec, BIG_INDEX), 0, _MIN)
+    scale = tl.exp(tl.where(live, m_vec - m[:, None], 0.0))
+    s = tl.reduce(tl.where(live, s_vec * scale, 0.0), 1, _SUM)
+    arg = tl.reduce(tl.where(m_vec == m[:, None], i_vec, BIG_INDEX), 1, _MIN)
     arg = tl.where(arg == BIG_INDEX, 0, arg)
     return m, s, arg
 
 
 @triton.jit
-def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl,
-              HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
-    """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index.
+def _tile_rows(row_off, row_end, N, BLOCK_R: tl.constexpr):
+    """The BLOCK_R rows of this program: (rows clamped into [0, N), whether each is below row_end)."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R) + row_off
+    return tl.minimum(tl.maximum(rows, 0), N - 1), rows < row_end
+
+
+@triton.jit
+def _resample(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl, rmask,
+              HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index, for each of
+    the BLOCK_R rows (every argument but n one per row; rows without `rmask` read nothing).
 
     r = max(p - q, 0) when `use_q` (model drafts; in the log domain:
     log r = log p + log(1 - q / p) where p > q and p is within float64 range),
@@ -106,36 +117,42 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
     positive mass). Both argmaxes are tracked in the same pass.
     """
     offs = tl.arange(0, BLOCK_V)
-    best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_ri = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx (see _row_stats)
-    best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_pi = tl.full((offs + n).shape, 0, (offs + n).dtype)
+    best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    best_ri = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx (see _row_stats)
+    best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    best_pi = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)
+    t_row_ptr = t_row_ptrs[:, None]
+    q_row_ptr = q_row_ptrs[:, None]
+    t_col = t_div[:, None]
+    m_col = m[:, None]
+    log_s_col = log_s[:, None]
+    g_col = g[:, None]
     for start in range(0, n, BLOCK_V):
-        idx = start + offs
-        mask = idx < n
-        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        idx = (start + offs)[None, :]
+        mask = rmask[:, None] & (idx < n)
+        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
         z = tl.where(z == z, z, NEG_INF)
-        log_p = (z - m) - log_s
-        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)
+        log_p = (z - m_col) - log_s_col
+        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, idx)[0]), TINY)
         w = 1.0 - v
         log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
         gum = -tl.log(-log1m_v)
         sp = log_p + gum
         sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         if HAS_DRAFT:
-            zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
-            zq = tl.div_rn(zq.to(tl.float32), t_div)
+            zq = tl.load(q_row_ptr + idx, mask=use_q[:, None] & mask, other=NEG_INF)
+            zq = tl.div_rn(zq.to(tl.float32), t_col)
             zq = tl.where(zq == zq, zq, NEG_INF)
-            log_q = (zq - q_m) - q_log_s
+            log_q = (zq - q_m[:, None]) - q_log_s[:, None]
             pos_mass = (log_p > log_q) & (log_p > LOG_P_MIN)
             a = tl.where(pos_mass, log_q - log_p, -1.0)
             e = tl.exp(a)
             log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
             em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
             sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
-            sr = tl.where(use_q, sq, sp)
+            sr = tl.where(use_q[:, None], sq, sp)
         else:
-            sr = tl.where(idx == excl, NEG_INF, sp)
+            sr = tl.where(idx == excl[:, None], NEG_INF, sp)
         sr = tl.where(mask & (sr == sr), sr, NEG_INF)
         up = sp > best_p
         best_p = tl.where(up, sp, best_p)
@@ -143,118 +160,129 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
         ur = sr > best_r
         best_r = tl.where(ur, sr, best_r)
         best_ri = tl.where(ur, idx, best_ri)
-    mp = tl.reduce(best_p, 0, _MAX)
-    ip = tl.reduce(tl.where(best_p == mp, best_pi, BIG_INDEX), 0, _MIN)
-    mr = tl.reduce(best_r, 0, _MAX)
-    ir = tl.reduce(tl.where(best_r == mr, best_ri, BIG_INDEX), 0, _MIN)
+    mp = tl.reduce(best_p, 1, _MAX)
+    ip = tl.reduce(tl.where(best_p == mp[:, None], best_pi, BIG_INDEX), 1, _MIN)
+    mr = tl.reduce(best_r, 1, _MAX)
+    ir = tl.reduce(tl.where(best_r == mr[:, None], best_ri, BIG_INDEX), 1, _MIN)
     tok = tl.where(mr > NEG_INF, ir, ip)
     return tl.where((tok >= 0) & (tok < n), tok, 0)
 
 
 # -- kernels ----------------------------------------------------------------
-@triton.jit(do_not_specialize=["row_off", "N", "R", "S", "K", "Vp"])
+@triton.jit(do_not_specialize=["row_off", "row_end", "N", "R", "S", "K", "Vp"])
 def row_stats_kernel(
     target_ptr, draft_ptr, req_of_row_ptr, cu_ptr, idx_ptr, temp_ptr,
     t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr,
-    row_off, N, R, S, K, V, Vd, Vp,
-    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
+    row_off, row_end, N, R, S, K, V, Vd, Vp,
+    HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: target rows of a chunk. Max / log-sum-exp / argmax of z over [0, V') per row
-    and, for model drafts, max / log-sum-exp of draft / T for the (request, step) the row verifies.
-    Rows with sampling parameters get their masked log-sum-exp from `mask_stats_kernel` next."""
-    j = tl.program_id(0).to(tl.int64) + row_off
-    j = tl.minimum(tl.maximum(j, 0), N - 1)
+    """Grid: target rows [row_off, row_end) of a chunk, BLOCK_R per program. Max / log-sum-exp /
+    argmax of z over [0, V') per row and, for model drafts, max / log-sum-exp of draft / T for the
+    (request, step) the row verifies. Rows with sampling parameters get their masked log-sum-exp
+    from `mask_stats_kernel` next."""
+    j, live = _tile_rows(row_off, row_end, N, BLOCK_R)
     r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
     t_div = tl.where(temp == 0.0, 1.0, temp)
-    m, sum_exp, arg = _row_stats(target_ptr + j * V, Vp, t_div, BLOCK_V)
-    tl.store(t_max_ptr + j, m)
-    tl.store(t_logsum_ptr + j, tl.log(sum_exp))
-    tl.store(t_arg_ptr + j, arg)
+    m, sum_exp, arg = _row_stats(target_ptr + j * V, live, Vp, t_div, BLOCK_R, BLOCK_V)
+    tl.store(t_max_ptr + j, m, mask=live)
+    tl.store(t_logsum_ptr + j, tl.log(sum_exp), mask=live)
+    tl.store(t_arg_ptr + j, arg, mask=live)
     if HAS_DRAFT:
         start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
         end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
         n_r = tl.minimum(tl.maximum(end - start - 1, 0), K)
         i = j - start
-        if (i >= 0) & (i < n_r) & (temp != 0.0):
-            dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, Vp, t_div, BLOCK_V)
-            tl.store(d_max_ptr + j, dm)
-            tl.store(d_logsum_ptr + j, tl.log(ds))
+        verifies = live & (i >= 0) & (i < n_r) & (temp != 0.0)
+        if tl.reduce(verifies.to(tl.int32), 0, _MAX) != 0:
+            i = tl.minimum(tl.maximum(i, 0), tl.maximum(K - 1, 0))
+            dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, verifies, Vp, t_div, BLOCK_R, BLOCK_V)
+            tl.store(d_max_ptr + j, dm, mask=verifies)
+            tl.store(d_logsum_ptr + j, tl.log(ds), mask=verifies)
 
 
-@triton.jit(do_not_specialize=["row_off", "N", "R", "S", "V", "Vp"])
+@triton.jit(do_not_specialize=["row_off", "row_end", "N", "R", "S", "V", "Vp"])
 def mask_stats_kernel(
     target_ptr, req_of_row_ptr, idx_ptr, temp_ptr, top_k_ptr, top_p_ptr, min_p_ptr,
     t_max_ptr, t_logsum_ptr, t_thr_ptr, t_cut_ptr,
-    row_off, N, R, S, V, Vp,
-    BLOCK_V: tl.constexpr, MASK_BLOCK: tl.constexpr,
+    row_off, row_end, N, R, S, V, Vp,
+    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr, MASK_BLOCK: tl.constexpr,
 ):
-    """Grid: target rows of a chunk, after `row_stats_kernel` (which stored M = t_max). Stores each
-    row's (thr, cut) (-inf, BIG_INDEX: greedy rows and rows without parameters) and, for a masked
-    row, replaces t_logsum by the masked row's log-sum-exp."""
-    j = tl.program_id(0).to(tl.int64) + row_off
-    j = tl.minimum(tl.maximum(j, 0), N - 1)
+    """Grid: target rows [row_off, row_end) of a chunk, BLOCK_R per program, after
+    `row_stats_kernel` (which stored M = t_max). Stores each row's (thr, cut) (-inf, BIG_INDEX:
+    greedy rows and rows without parameters) and, for a masked row, replaces t_logsum by the
+    masked row's log-sum-exp."""
+    j, live = _tile_rows(row_off, row_end, N, BLOCK_R)
     r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
-    thr = tl.full([], NEG_INF, tl.float32)
-    cut = tl.full([], BIG_INDEX, tl.int32)
-    if temp != 0.0:
-        min_p = tl.load(min_p_ptr + s)
-        top_k = tl.load(top_k_ptr + s)
-        top_p = tl.load(top_p_ptr + s)
-        if (min_p > 0.0) | ((top_k > 0) & (top_k < Vp)) | (top_p < 1.0):
-            row_j = target_ptr + j * V
-            thr, cut = _row_masks(row_j, Vp, temp, tl.load(t_max_ptr + j), min_p, top_k, top_p, MASK_BLOCK)
-            _, sum_exp = _masked_stats(row_j, Vp, temp, thr, cut, Vp, True, BLOCK_V)
-            tl.store(t_logsum_ptr + j, tl.log(sum_exp))
-    tl.store(t_thr_ptr + j, thr)
-    tl.store(t_cut_ptr + j, cut)
+    min_p = tl.load(min_p_ptr + s)
+    top_k = tl.load(top_k_ptr + s)
+    top_p = tl.load(top_p_ptr + s)
+    masks = live & (temp != 0.0) & ((min_p > 0.0) | ((top_k > 0) & (top_k < Vp)) | (top_p < 1.0))
+    thr = tl.full([BLOCK_R], NEG_INF, tl.float32)
+    cut = tl.full([BLOCK_R], BIG_INDEX, tl.int32)
+    if tl.reduce(masks.to(tl.int32), 0, _MAX) != 0:
+        row_j = target_ptr + j * V
+        t_div = tl.where(masks, temp, 1.0)
+        thr, cut = _row_masks(row_j, Vp, t_div, tl.load(t_max_ptr + j), min_p, top_k, top_p, masks, BLOCK_R,
+                              MASK_BLOCK)
+        _, sum_exp = _masked_stats(row_j, masks, Vp, t_div, thr, cut, Vp, True, BLOCK_R, BLOCK_V)
+        tl.store(t_logsum_ptr + j, tl.log(sum_exp), mask=masks)
+    tl.store(t_thr_ptr + j, thr, mask=live)
+    tl.store(t_cut_ptr + j, cut, mask=live)
 
 
-@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED"])
+@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED"])
 def block_tau_kernel(
     target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
     t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr,
     sampled_ptr, tau_ptr, l_res_ptr,
-    req_off, N, R, S, K, V, Vd, Vp, MASKED,
-    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
+    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED,
+    HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: requests of a chunk of a block batch, before `verify_kernel`. A stochastic request
-    gets its accepted drafts in `sampled`, tau and log P_{tau-1} (`_block_tau`); a greedy one
-    tau = -1 (verify_kernel verifies it token-wise). The vocabulary sizes are not specialized
-    (fewer compiles; the Z pass loses the divisibility-by-16 alignment hints)."""
-    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
+    """Grid: requests [req_off, req_end) of a chunk of a block batch, BLOCK_R per program, before
+    `verify_kernel`. A stochastic request gets its accepted drafts in `sampled`, tau and log
+    P_{tau-1} (`_block_tau`); a greedy one tau = -1 (verify_kernel verifies it token-wise). The
+    vocabulary sizes are not specialized (fewer compiles; the Z pass loses the divisibility-by-16
+    alignment hints)."""
+    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
-    tau = tl.full([], -1, tl.int32)
-    l_res = tl.full([], 0.0, tl.float32)
-    if temp != 0.0:
+    stochastic = live & (temp != 0.0)
+    tau = tl.full([BLOCK_R], -1, tl.int32)
+    l_res = tl.full([BLOCK_R], 0.0, tl.float32)
+    if tl.reduce(stochastic.to(tl.int32), 0, _MAX) != 0:
         start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
         end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
-        n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
-        tau, l_res = _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
-                                d_logsum_ptr, t_thr_ptr, t_cut_ptr, sampled_ptr + r * (K + 1), start, n, s,
-                                tl.load(seeds_ptr + s), temp, K, V, Vd, Vp, MASKED, HAS_DRAFT, BLOCK_V)
-    tl.store(tau_ptr + r, tau)
-    tl.store(l_res_ptr + r, l_res)
+        n = tl.where(stochastic, tl.minimum(tl.maximum(end - start - 1, 0), K), 0).to(tl.int32)
+        tau_s, l_res_s = _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
+                                    d_logsum_ptr, t_thr_ptr, t_cut_ptr, sampled_ptr + r * (K + 1), start, n, s,
+                                    tl.load(seeds_ptr + s), tl.where(stochastic, temp, 1.0), N, K, V, Vd, Vp, MASKED,
+                                    HAS_DRAFT, BLOCK_R, BLOCK_V)
+        tau = tl.where(stochastic, tau_s, tau)
+        l_res = tl.where(stochastic, l_res_s, l_res)
+    tl.store(tau_ptr + r, tau, mask=live)
+    tl.store(l_res_ptr + r, l_res, mask=live)
 
 
-@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK", "DEFER"])
+@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK", "DEFER"])
 def verify_kernel(
     target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
     t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, tau_ptr,
     sampled_ptr, num_sampled_ptr,
-    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
-    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
+    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
+    HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: requests of a chunk. Acceptance tests of SPEC section 4 (with MASKED, of the masked
-    p; with BLOCK, a stochastic request takes t = tau from `block_tau_kernel`: SPEC 4b), then one
-    resample (first rejection, or tau < n) or bonus draw. `sampled` is pre-filled with -1. With
-    DEFER (set for MASKED or BLOCK batches) a stochastic request's draw is left to
-    `resample_kernel`, so this kernel's resample loop is the token-wise one, unmasked."""
-    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
+    """Grid: requests [req_off, req_end) of a chunk, BLOCK_R per program. Acceptance tests of SPEC
+    section 4 (with MASKED, of the masked p; with BLOCK, a stochastic request takes t = tau from
+    `block_tau_kernel`: SPEC 4b), then one resample (first rejection, or tau < n) or bonus draw.
+    `sampled` is pre-filled with -1. With DEFER (set for MASKED or BLOCK batches) a stochastic
+    request's draw is left to `resample_kernel`, so this kernel's resample loop is the token-wise
+    one, unmasked. Greedy and stochastic requests share a program: both tests are evaluated and
+    each request keeps its own (the vocabulary pass runs only for stochastic ones)."""
+    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
     seed = tl.load(seeds_ptr + s)
@@ -270,49 +298,50 @@ def verify_kernel(
     t = n
     n_tok = n
     if BLOCK:
-        if temp != 0.0:
-            t = tl.minimum(tl.maximum(tl.load(tau_ptr + r), 0), n)
-            n_tok = tl.full(n.shape, 0, n.dtype)
-    for kb in range(0, n_tok, STEP_BLOCK):
-        i_vec = kb + tl.arange(0, STEP_BLOCK)
-        smask = i_vec < n
-        j_vec = start + i_vec
+        t = tl.where(greedy, n, tl.minimum(tl.maximum(tl.load(tau_ptr + r), 0), n))
+        n_tok = tl.where(greedy, n, 0)
+    n_tok = tl.where(live, n_tok, 0)
+    seed_col = seed[:, None]
+    greedy_col = greedy[:, None]
+    t_col = t_div[:, None]
+    for kb in range(0, tl.reduce(n_tok, 0, _MAX), STEP_BLOCK):
+        i_vec = (kb + tl.arange(0, STEP_BLOCK))[None, :]
+        smask = i_vec < n_tok[:, None]
+        j_vec = start[:, None] + i_vec
         d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)
         ok = smask & (d >= 0) & (d < Vp)
         d_safe = tl.where(ok, d, 0)
-        if greedy:
-            acc = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
-        else:
-            j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
-            u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)
-            zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
-            zd = tl.div_rn(zd.to(tl.float32), t_div)
-            zd = tl.where(zd == zd, zd, NEG_INF)
-            if MASKED:
-                k_thr = tl.load(t_thr_ptr + j_vec, mask=smask, other=NEG_INF)
-                k_cut = tl.load(t_cut_ptr + j_vec, mask=smask, other=BIG_INDEX)
-                zd = tl.where((zd > k_thr) | ((zd == k_thr) & (d_safe <= k_cut)), zd, NEG_INF)
-            log_p = (zd - tl.load(t_max_ptr + j_vec, mask=smask, other=0.0)) \
-                - tl.load(t_logsum_ptr + j_vec, mask=smask, other=0.0)
-            thr = tl.log(u)
-            if HAS_DRAFT:
-                zq = tl.load(draft_ptr + (s * K + i_vec) * Vd + d_safe, mask=smask, other=NEG_INF)
-                zq = tl.div_rn(zq.to(tl.float32), t_div)
-                zq = tl.where(zq == zq, zq, NEG_INF)
-                thr = thr + ((zq - tl.load(d_max_ptr + j_vec, mask=smask, other=0.0))
-                             - tl.load(d_logsum_ptr + j_vec, mask=smask, other=0.0))
-            acc = ok & (log_p > thr)
-        t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0, _MIN))
-        tl.store(out_row + i_vec, d, mask=smask & (i_vec < t))
+        acc_greedy = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
+        j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
+        u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_pos)[0]), TINY)
+        zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
+        zd = tl.div_rn(zd.to(tl.float32), t_col)
+        zd = tl.where(zd == zd, zd, NEG_INF)
+        if MASKED:
+            k_thr = tl.load(t_thr_ptr + j_vec, mask=smask, other=NEG_INF)
+            k_cut = tl.load(t_cut_ptr + j_vec, mask=smask, other=BIG_INDEX)
+            zd = tl.where((zd > k_thr) | ((zd == k_thr) & (d_safe <= k_cut)), zd, NEG_INF)
+        log_p = (zd - tl.load(t_max_ptr + j_vec, mask=smask, other=0.0)) \
+            - tl.load(t_logsum_ptr + j_vec, mask=smask, other=0.0)
+        thr = tl.log(u)
+        if HAS_DRAFT:
+            zq = tl.load(draft_ptr + (s[:, None] * K + i_vec) * Vd + d_safe, mask=smask, other=NEG_INF)
+            zq = tl.div_rn(zq.to(tl.float32), t_col)
+            zq = tl.where(zq == zq, zq, NEG_INF)
+            thr = thr + ((zq - tl.load(d_max_ptr + j_vec, mask=smask, other=0.0))
+                         - tl.load(d_logsum_ptr + j_vec, mask=smask, other=0.0))
+        acc = ok & (log_p > thr)
+        acc = tl.where(greedy_col, acc_greedy, acc)
+        t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 1, _MIN))
+        tl.store(out_row[:, None] + i_vec, d, mask=smask & (i_vec < t[:, None]))
 
     jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
-    if greedy:
-        tok = tl.load(t_arg_ptr + jt)
-        tok = tok.to(tl.int64)  # both branches int64, whatever the scalars' width
-    else:
-        has_d = t < n
-        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
-        ok_t = has_d & (d_t >= 0) & (d_t < Vp)
+    tok = tl.load(t_arg_ptr + jt).to(tl.int64)  # greedy; both int64, whatever the scalars' width
+    has_d = t < n
+    d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
+    ok_t = has_d & (d_t >= 0) & (d_t < Vp)
+    stochastic = live & (greedy == 0)
+    if (DEFER == 0) & (tl.reduce(stochastic.to(tl.int32), 0, _MAX) != 0):
         g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
@@ -321,41 +350,40 @@ def verify_kernel(
             q_m = tl.load(d_max_ptr + jt, mask=ok_t, other=0.0)
             q_log_s = tl.load(d_logsum_ptr + jt, mask=ok_t, other=0.0)
             q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-            if DEFER:
-                tok = d_t  # a stand-in: resample_kernel draws this request's token
-            else:
-                tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
-                                HAS_DRAFT, BLOCK_V).to(tl.int64)
+            drawn = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, tl.full(t.shape, -1, t.dtype),
+                              stochastic, HAS_DRAFT, BLOCK_R, BLOCK_V)
         else:
             excl = tl.where(ok_t, d_t, -1)
-            if DEFER:
-                tok = d_t
-            else:
-                tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
-                                HAS_DRAFT, BLOCK_V).to(tl.int64)
-        tok = tok.to(tl.int64)
+            drawn = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
+                              stochastic, HAS_DRAFT, BLOCK_R, BLOCK_V)
+        tok = tl.where(greedy, tok, drawn.to(tl.int64))
+    else:
+        tok = tl.where(greedy, tok, d_t)  # a stand-in (DEFER): resample_kernel draws this request's token
     tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
-    tl.store(out_row + t, tok.to(tl.int64))
-    tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32))
+    tl.store(out_row + t, tok.to(tl.int64), mask=live)
+    tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32), mask=live)
 
 
-@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK", "HAS_DRAFT"])
+@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK",
+                              "HAS_DRAFT"])
 def resample_kernel(
     target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
     t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, l_res_ptr,
     sampled_ptr, num_sampled_ptr,
-    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, HAS_DRAFT,
-    BLOCK_V: tl.constexpr,
+    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, HAS_DRAFT,
+    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: requests of a chunk of a MASKED or BLOCK batch, after `verify_kernel` (which stored
-    t + 1 in num_sampled). Draws a stochastic request's token at row cu[r] + t (residual.py): the
-    masked p, the residual max(P p - q, 0) with log P from `block_tau_kernel` (model drafts), p
-    without the rejected draft (one-hot), or p. HAS_DRAFT and the vocabulary sizes are runtime
-    values here: few specializations for a kernel only these batches run."""
-    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
+    """Grid: requests [req_off, req_end) of a chunk of a MASKED or BLOCK batch, BLOCK_R per program,
+    after `verify_kernel` (which stored t + 1 in num_sampled). Draws a stochastic request's token at
+    row cu[r] + t (residual.py): the masked p, the residual max(P p - q, 0) with log P from
+    `block_tau_kernel` (model drafts), p without the rejected draft (one-hot), or p. HAS_DRAFT and
+    the vocabulary sizes are runtime values here: few specializations for a kernel only these
+    batches run."""
+    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
-    if temp != 0.0:
+    draws = live & (temp != 0.0)
+    if tl.reduce(draws.to(tl.int32), 0, _MAX) != 0:
         start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
         end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
         n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
@@ -364,53 +392,59 @@ def resample_kernel(
         has_d = t < n
         d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
         ok_t = has_d & (d_t >= 0) & (d_t < Vp)
-        thr = tl.full([], NEG_INF, tl.float32)
-        cut = tl.full([], BIG_INDEX, tl.int32)
+        thr = tl.full([BLOCK_R], NEG_INF, tl.float32)
+        cut = tl.full([BLOCK_R], BIG_INDEX, tl.int32)
         if MASKED:
             thr = tl.load(t_thr_ptr + jt)
             cut = tl.load(t_cut_ptr + jt)
-        l_scale = tl.full([], 0.0, tl.float32)
+        l_scale = tl.full([BLOCK_R], 0.0, tl.float32)
         if BLOCK:
             l_scale = tl.load(l_res_ptr + r)
-        use_q = ok_t & (HAS_DRAFT != 0)
+        use_q = tl.where(HAS_DRAFT != 0, ok_t, False)
         q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
         g = tl.randint4x(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))[0]
         q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
         q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
-        excl = tl.where(ok_t & (HAS_DRAFT == 0), d_t, -1)
-        tok = _resample_masked(target_ptr + jt * V, q_row, Vp, temp, tl.load(t_max_ptr + jt),
-                               tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, use_q, excl, thr, cut, l_scale, BLOCK_V)
-        tl.store(sampled_ptr + r * (K + 1) + t, tok.to(tl.int64))
+        excl = tl.where(ok_t & (use_q == 0), d_t, -1)
+        tok = _resample_masked(target_ptr + jt * V, q_row, Vp, tl.where(draws, temp, 1.0), tl.load(t_max_ptr + jt),
+                               tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, use_q, excl, thr, cut, l_scale, draws,
+                               BLOCK_R, BLOCK_V)
+        tl.store(sampled_ptr + r * (K + 1) + t, tok.to(tl.int64), mask=draws)
 
 
-@triton.jit(do_not_specialize=["row_off", "N", "R", "S", "Vp", "MASKED"])
+@triton.jit(do_not_specialize=["row_off", "row_end", "N", "R", "S", "Vp", "MASKED"])
 def log_softmax_kernel(
     target_ptr, out_ptr, req_of_row_ptr, idx_ptr, temp_ptr, t_thr_ptr, t_cut_ptr,
-    row_off, N, R, S, V, Vp, PROCESSED, MASKED,
-    BLOCK_V: tl.constexpr,
+    row_off, row_end, N, R, S, V, Vp, PROCESSED, MASKED,
+    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: rows of one buffer block. out[b, :] = log_softmax over [0, V) of row
-    row_off + b: raw fp32 logits, or z = x / T when PROCESSED (raw for greedy rows), with the
-    row's masks (SPEC 2) on [0, V') when MASKED (processed mode only): masked tokens -inf, tokens
-    in [V', V) kept (not mask decisions); a greedy or unmasked row's (thr, cut) keep everything."""
-    b = tl.program_id(0).to(tl.int64)
-    j = tl.minimum(tl.maximum(b + row_off, 0), N - 1)
+    """Grid: rows of one buffer block, BLOCK_R per program. out[b, :] = log_softmax over [0, V) of
+    row row_off + b (< row_end): raw fp32 logits, or z = x / T when PROCESSED (raw for greedy rows),
+    with the row's masks (SPEC 2) on [0, V') when MASKED (processed mode only): masked tokens -inf,
+    tokens in [V', V) kept (not mask decisions); a greedy or unmasked row's (thr, cut) keep everything."""
+    j, live = _tile_rows(row_off, row_end, N, BLOCK_R)
+    b = j - row_off
     r = tl.minimum(tl.maximum(tl.load(req_of_row_ptr + j).to(tl.int64), 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
     t_div = tl.where((PROCESSED != 0) & (temp != 0.0), temp, 1.0)
-    row = target_ptr + j * V
+    rows = target_ptr + j * V
     thr = tl.load(t_thr_ptr + j)  # read only with MASKED (the host sets it for processed logprobs of
     cut = tl.load(t_cut_ptr + j)  # a batch with parameters; else these alias other buffers)
-    m, sum_exp = _masked_stats(row, V, t_div, thr, cut, Vp, MASKED, BLOCK_V)
-    log_s = tl.log(sum_exp)
+    m, sum_exp = _masked_stats(rows, live, V, t_div, thr, cut, Vp, MASKED, BLOCK_R, BLOCK_V)
+    log_s = tl.log(sum_exp)[:, None]
     offs = tl.arange(0, BLOCK_V)
-    out_row = out_ptr + b * V
+    out_rows = (out_ptr + b * V)[:, None]
+    ptrs = rows[:, None]
+    t_col = t_div[:, None]
+    m_col = m[:, None]
+    thr_col = thr[:, None]
+    cut_col = cut[:, None]
     for start in range(0, V, BLOCK_V):
-        idx = start + offs
-        mask = idx < V
-        z = tl.div_rn(tl.load(row + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        idx = (start + offs)[None, :]
+        mask = live[:, None] & (idx < V)
+        z = tl.div_rn(tl.load(ptrs + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
         z = tl.where(z == z, z, NEG_INF)
         if MASKED:
-            z = tl.where((z > thr) | ((z == thr) & (idx <= cut)) | (idx >= Vp), z, NEG_INF)
-        tl.store(out_row + idx, (z - m) - log_s, mask=mask)
+            z = tl.where((z > thr_col) | ((z == thr_col) & (idx <= cut_col)) | (idx >= Vp), z, NEG_INF)
+        tl.store(out_rows + idx, (z - m_col) - log_s, mask=mask)

@@ -60,8 +60,10 @@ RADIX_PASSES = tl.constexpr(8)
 
 
 @triton.jit
-def _radix_select(row_ptr, n, t_div, lo, m, rank, c, TOP_P: tl.constexpr, MB: tl.constexpr):
-    """Exact radix select over the tokens lo <= z <= m of z = div_rn(row, t_div) on [0, n).
+def _radix_select(row_ptrs, n, t_div, lo, m, rank, c, act, TOP_P: tl.constexpr, BLOCK_R: tl.constexpr,
+                  MB: tl.constexpr):
+    """Exact radix select, for each of the BLOCK_R rows with `act`, over the tokens lo <= z <= m of
+    z = div_rn(row, t_div) on [0, n) (lo, m, rank, c, t_div: one per row).
 
     TOP_P false: the key of the `rank`-th largest z (duplicates counted), NEG_INF_KEY when fewer
     than `rank` tokens qualify. TOP_P true: the key of the smallest z whose strictly larger tokens
@@ -70,148 +72,169 @@ def _radix_select(row_ptr, n, t_div, lo, m, rank, c, TOP_P: tl.constexpr, MB: tl
 
     Each pass splits the key range [rlo, rhi] still in play into RADIX bins at its highest
     differing bit, then narrows the range to the smallest and largest key of the chosen bin.
+    A row that is done (or not in `act`) reads nothing more and keeps its values.
     """
     offs = tl.arange(0, MB)
     bins = tl.arange(0, RADIX)
     bins_row = bins[None, :]
-    above_mat = bins_row > bins[:, None]  # [b, b']: bin b' lies above bin b
+    bins_3d = bins[None, None, :]
+    above_mat = (bins_row > bins[:, None])[None, :, :]  # [1, b, b']: bin b' lies above bin b
     lo_bits = tl.where(lo == 0.0, 0.0, lo).to(tl.int32, bitcast=True)
     m_bits = tl.where(m == 0.0, 0.0, m).to(tl.int32, bitcast=True)
     rlo = (lo_bits ^ ((lo_bits >> 31) | INT_MIN)).to(tl.uint32, bitcast=True)
     rhi = (m_bits ^ ((m_bits >> 31) | INT_MIN)).to(tl.uint32, bitcast=True)
     kk = rank.to(tl.int32)
-    done = tl.full([], 0, tl.int32)
-    ans = tl.full([], NEG_INF_KEY, tl.uint32)
+    done = tl.where(act, 0, 1)
+    ans = tl.full([BLOCK_R], NEG_INF_KEY, tl.uint32)
     umax = tl.full([], KEY_MAX, tl.uint32)
     uzero = tl.full([], 0, tl.uint32)
-    ties = tl.full([], 0, tl.int32)
-    w = tl.full([], 0.0, tl.float32)
-    target = tl.full([], 0.0, tl.float32)
+    ties = tl.full([BLOCK_R], 0, tl.int32)
+    w = tl.full([BLOCK_R], 0.0, tl.float32)
+    target = tl.full([BLOCK_R], 0.0, tl.float32)
+    ptrs = row_ptrs[:, None]
+    t_col = t_div[:, None]
+    m_col = m[:, None]
     for p in range(0, RADIX_PASSES):
-        if done == 0:
+        if tl.reduce(done, 0, _MIN) == 0:
             # the highest bit where rlo and rhi differ (-1023 when equal), by the float64 exponent
             diff = rlo ^ rhi
-            top = tl.full([], 0, tl.uint32)
+            top = tl.full([BLOCK_R], 0, tl.uint32)
             for step in tl.static_range(4, -1, -1):  # binary search for the highest set bit
                 up = (diff >> (top + (1 << step))) != 0
                 top = tl.where(up, top + (1 << step), top)
             sh = tl.where(top >= RADIX_BITS - 1, top - (RADIX_BITS - 1), 0)
             wide = (sh + RADIX_BITS) >= 32
             base = tl.where(wide, 0, rlo & ~((tl.full([], 1, tl.uint32) << tl.where(wide, 0, sh + RADIX_BITS)) - 1))
-            span = rhi - rlo
-            c_acc = tl.full([MB, RADIX], 0, tl.int32)
-            e_acc = tl.full([MB, RADIX], 0, tl.float32)
-            lo_acc = tl.full([MB, RADIX], KEY_MAX, tl.uint32)
-            hi_acc = tl.full([MB, RADIX], 0, tl.uint32)
+            span = (rhi - rlo)[:, None]
+            rlo_col = rlo[:, None]
+            base_col = base[:, None]
+            sh_col = sh[:, None]
+            open_col = (done == 0)[:, None]
+            c_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.int32)
+            e_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.float32)
+            lo_acc = tl.full([BLOCK_R, MB, RADIX], KEY_MAX, tl.uint32)
+            hi_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.uint32)
             for start in range(0, n, MB):
-                idx = start + offs
-                mask = idx < n
-                z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+                idx = (start + offs)[None, :]
+                mask = open_col & (idx < n)
+                z = tl.div_rn(tl.load(ptrs + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
                 z = tl.where(z == 0.0, 0.0, z)  # -0.0 and +0.0: one key
                 bits = z.to(tl.int32, bitcast=True)
                 key = (bits ^ ((bits >> 31) | INT_MIN)).to(tl.uint32, bitcast=True)  # unsigned order
                 # NaN keys lie outside [key(-inf), key(+inf)], so outside every range: never counted
-                dig = tl.where(mask & (key - rlo <= span), (key - base) >> sh, RADIX)
-                hit = dig[:, None] == bins_row
+                dig = tl.where(mask & (key - rlo_col <= span), (key - base_col) >> sh_col, RADIX)
+                hit = dig[:, :, None] == bins_3d
                 c_acc += hit.to(tl.int32)
                 if TOP_P:
-                    e_acc += tl.where(hit, tl.exp(z - m)[:, None], 0.0)
-                key_col = key[:, None]
-                lo_acc = tl.minimum(lo_acc, tl.where(hit, key_col, umax))
-                hi_acc = tl.maximum(hi_acc, tl.where(hit, key_col, uzero))
-            cnt = tl.reduce(c_acc, 0, _SUM)
-            kmin = tl.reduce(lo_acc, 0, _MIN)
-            kmax = tl.reduce(hi_acc, 0, _MAX)
+                    e_acc += tl.where(hit, tl.exp(z - m_col)[:, :, None], 0.0)
+                key_3d = key[:, :, None]
+                lo_acc = tl.minimum(lo_acc, tl.where(hit, key_3d, umax))
+                hi_acc = tl.maximum(hi_acc, tl.where(hit, key_3d, uzero))
+            cnt = tl.reduce(c_acc, 1, _SUM)
+            kmin = tl.reduce(lo_acc, 1, _MIN)
+            kmax = tl.reduce(hi_acc, 1, _MAX)
+            going = done == 0
             if TOP_P:
-                mass = tl.reduce(e_acc, 0, _SUM)
-                target = tl.where(p == 0, c * tl.reduce(mass, 0, _SUM), target)
-                above = w + tl.reduce(tl.where(above_mat, mass[None, :], 0.0), 1, _SUM)
+                mass = tl.reduce(e_acc, 1, _SUM)
+                target = tl.where(going & (p == 0), c * tl.reduce(mass, 1, _SUM), target)
+                above = w[:, None] + tl.reduce(tl.where(above_mat, mass[:, None, :], 0.0), 2, _SUM)
                 full = cnt > 0
-                b = tl.reduce(tl.where(full & (above < target), bins, RADIX), 0, _MIN)
-                b = tl.where(b == RADIX, tl.reduce(tl.where(full, bins, -1), 0, _MAX), b)
-                sel = bins == b
-                w = tl.reduce(tl.where(sel, above, 0.0), 0, _SUM)
+                b = tl.reduce(tl.where(full & (above < target[:, None]), bins_row, RADIX), 1, _MIN)
+                b = tl.where(b == RADIX, tl.reduce(tl.where(full, bins_row, -1), 1, _MAX), b)
+                sel = bins_row == b[:, None]
+                w = tl.where(going, tl.reduce(tl.where(sel, above, 0.0), 1, _SUM), w)
             else:
-                above = tl.reduce(tl.where(above_mat, cnt[None, :], 0), 1, _SUM)
-                b = tl.reduce(tl.where((above < kk) & (above + cnt >= kk), bins, -1), 0, _MAX)
-                sel = bins == b
-                kk = kk - tl.reduce(tl.where(sel, above, 0), 0, _SUM)
-            ties = tl.reduce(tl.where(sel, cnt, 0), 0, _SUM)
-            rlo = tl.reduce(tl.where(sel, kmin, umax), 0, _MIN)
-            rhi = tl.reduce(tl.where(sel, kmax, uzero), 0, _MAX)
+                above = tl.reduce(cnt, 1, _SUM)[:, None] - tl.associative_scan(cnt, 1, _SUM)  # tokens in bins above b
+                kk_col = kk[:, None]
+                b = tl.reduce(tl.where((above < kk_col) & (above + cnt >= kk_col), bins_row, -1), 1, _MAX)
+                sel = bins_row == b[:, None]
+                kk = tl.where(going, kk - tl.reduce(tl.where(sel, above, 0), 1, _SUM), kk)
+            ties = tl.where(going, tl.reduce(tl.where(sel, cnt, 0), 1, _SUM), ties)
+            rlo = tl.where(going, tl.reduce(tl.where(sel, kmin, umax), 1, _MIN), rlo)
+            rhi = tl.where(going, tl.reduce(tl.where(sel, kmax, uzero), 1, _MAX), rhi)
             if TOP_P:
                 fin = (b < 0) | (rlo == rhi)
-                ans = tl.where(b < 0, ans, rlo)
+                ans = tl.where(going & (b >= 0), rlo, ans)
             else:
                 fin = (b < 0) | (kk == ties) | (kk == 1) | (rlo == rhi)
-                ans = tl.where(b < 0, ans, tl.where(kk == 1, rhi, rlo))
-            done = fin.to(tl.int32)
+                ans = tl.where(going & (b >= 0), tl.where(kk == 1, rhi, rlo), ans)
+            done = tl.where(going & fin, 1, done)
     return ans, w, target, ties
 
 
 @triton.jit
-def _row_masks(row_ptr, n, t_div, m, min_p, top_k, top_p, MB: tl.constexpr):
-    """(thr, cut) of a stochastic row over [0, n) with max m (see the module docstring)."""
-    lo = tl.where(min_p > 0.0, tl.minimum(m + tl.log(min_p), m), NEG_INF)
-    cut = tl.full([], BIG_INDEX, tl.int32)
-    if (top_k > 0) & (top_k < n):
-        kth, _, _, _ = _radix_select(row_ptr, n, t_div, lo, m, top_k, top_p, False, MB)
+def _row_masks(row_ptrs, n, t_div, m, min_p, top_k, top_p, act, BLOCK_R: tl.constexpr, MB: tl.constexpr):
+    """(thr, cut) of each of the BLOCK_R rows over [0, n) with max m (see the module docstring);
+    rows without `act` (greedy, no parameter, or past the chunk) get (-inf, BIG_INDEX)."""
+    lo = tl.where(act & (min_p > 0.0), tl.minimum(m + tl.log(min_p), m), NEG_INF)
+    cut = tl.full([BLOCK_R], BIG_INDEX, tl.int32)
+    need_k = act & (top_k > 0) & (top_k < n)
+    if tl.reduce(need_k.to(tl.int32), 0, _MAX) != 0:
+        kth, _, _, _ = _radix_select(row_ptrs, n, t_div, lo, m, top_k, top_p, need_k, False, BLOCK_R, MB)
         kth = kth.to(tl.int32, bitcast=True)
-        lo = tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True))
-    if top_p < 1.0:
-        key, w, target, ties = _radix_select(row_ptr, n, t_div, lo, m, top_k, top_p, True, MB)
+        lo = tl.where(need_k, tl.maximum(lo, (kth ^ ((~kth >> 31) | INT_MIN)).to(tl.float32, bitcast=True)), lo)
+    need_p = act & (top_p < 1.0)
+    if tl.reduce(need_p.to(tl.int32), 0, _MAX) != 0:
+        key, w, target, ties = _radix_select(row_ptrs, n, t_div, lo, m, top_k, top_p, need_p, True, BLOCK_R, MB)
         key = key.to(tl.int32, bitcast=True)
-        lo = (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, bitcast=True)
+        lo = tl.where(need_p, (key ^ ((~key >> 31) | INT_MIN)).to(tl.float32, bitcast=True), lo)
         # ties at lo kept in id order while w + r * e(lo) < c * S: the first ceil(x) of them
         x = (target - w) / tl.exp(lo - m)
         x = tl.minimum(tl.maximum(tl.where(x == x, x, 1.0), 1.0), ties.to(tl.float32))
         keep = x.to(tl.int32)
         keep = tl.minimum(tl.maximum(keep + (keep.to(tl.float32) < x).to(tl.int32), 1), ties)
-        if keep < ties:
+        splits = need_p & (keep < ties)
+        if tl.reduce(splits.to(tl.int32), 0, _MAX) != 0:
             offs = tl.arange(0, MB)
-            seen = tl.full(keep.shape, 0, keep.dtype)
+            seen = tl.full([BLOCK_R], 0, tl.int32)
+            ptrs = row_ptrs[:, None]
+            t_col = t_div[:, None]
+            lo_col = lo[:, None]
             for start in range(0, n, MB):
-                idx = start + offs
-                mask = idx < n
-                z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
-                tie = (mask & (z == lo)).to(tl.int32)
-                in_block = tl.reduce(tie, 0, _SUM)
-                if (cut == BIG_INDEX) & (seen + in_block >= keep):  # the block of the keep-th tie
-                    want = keep - seen  # its rank here: the lowest lane with `want` ties at or before it
-                    lane = tl.full([], MB - 1, tl.int32)
-                    for b in tl.static_range(15, -1, -1):
-                        if (1 << b) < MB:
-                            below = tl.reduce(tl.where(offs <= lane - (1 << b), tie, 0), 0, _SUM)
-                            lane = tl.where(below >= want, lane - (1 << b), lane)
-                    cut = (start + lane).to(tl.int32)
+                idx = (start + offs)[None, :]
+                mask = splits[:, None] & (idx < n)
+                z = tl.div_rn(tl.load(ptrs + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
+                tie = (mask & (z == lo_col)).to(tl.int32)
+                in_block = tl.reduce(tie, 1, _SUM)
+                here = splits & (cut == BIG_INDEX) & (seen + in_block >= keep)  # the block of the keep-th tie
+                if tl.reduce(here.to(tl.int32), 0, _MAX) != 0:
+                    # its rank here, want = keep - seen: the lowest lane with `want` ties at or before it
+                    at_or_before = tl.associative_scan(tie, 1, _SUM)
+                    lane = tl.reduce(tl.where(at_or_before >= (keep - seen)[:, None], offs[None, :], MB), 1, _MIN)
+                    cut = tl.where(here, (start + lane).to(tl.int32), cut)
                 seen += in_block
     return lo, cut
 
 
 @triton.jit
-def _masked_stats(row_ptr, n, t_div, thr, cut, mask_end, masked, BLOCK_V: tl.constexpr):
-    """Max and sum of exp(z - max) over [0, n) of the tokens `keep` leaves when `masked` (tokens at
-    or past `mask_end` are not mask decisions: always kept), of all tokens otherwise. Per-lane
-    online accumulators with the formulas of `_row_stats` (kernels.py), without its argmax: an
-    unmasked row's statistics are bit for bit `_row_stats`'s."""
+def _masked_stats(row_ptrs, rmask, n, t_div, thr, cut, mask_end, masked, BLOCK_R: tl.constexpr,
+                  BLOCK_V: tl.constexpr):
+    """Max and sum of exp(z - max) over [0, n) of each of the BLOCK_R rows (rows with `rmask` false
+    read nothing), of the tokens `keep` leaves when `masked` (tokens at or past `mask_end` are not
+    mask decisions: always kept), of all tokens otherwise. Per-lane online accumulators with the
+    formulas of `_row_stats` (kernels.py), without its argmax: an unmasked row's statistics are bit
+    for bit `_row_stats`'s."""
     offs = tl.arange(0, BLOCK_V)
-    m_vec = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    s_vec = tl.full([BLOCK_V], 0, tl.float32)
+    m_vec = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    s_vec = tl.full([BLOCK_R, BLOCK_V], 0, tl.float32)
+    ptrs = row_ptrs[:, None]
+    t_col = t_div[:, None]
+    thr_col = thr[:, None]
+    cut_col = cut[:, None]
     for start in range(0, n, BLOCK_V):
-        idx = start + offs
-        mask = idx < n
-        z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        idx = (start + offs)[None, :]
+        mask = rmask[:, None] & (idx < n)
+        z = tl.div_rn(tl.load(ptrs + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
         z = tl.where(z == z, z, NEG_INF)
         if masked:
-            z = tl.where((z > thr) | ((z == thr) & (idx <= cut)) | (idx >= mask_end), z, NEG_INF)
+            z = tl.where((z > thr_col) | ((z == thr_col) & (idx <= cut_col)) | (idx >= mask_end), z, NEG_INF)
         gt = z > m_vec
         e = tl.exp(tl.where(gt, m_vec - z, z - m_vec))
         e = tl.where(z == NEG_INF, 0.0, e)
         s_vec = tl.where(gt, s_vec * e + 1.0, s_vec + e)
         m_vec = tl.where(gt, z, m_vec)
-    m = tl.reduce(m_vec, 0, _MAX)
+    m = tl.reduce(m_vec, 1, _MAX)
     live = m_vec != NEG_INF
-    scale = tl.exp(tl.where(live, m_vec - m, 0.0))
-    s = tl.reduce(tl.where(live, s_vec * scale, 0.0), 0, _SUM)
+    scale = tl.exp(tl.where(live, m_vec - m[:, None], 0.0))
+    s = tl.reduce(tl.where(live, s_vec * scale, 0.0), 1, _SUM)
     return m, s
-

@@ -29,39 +29,53 @@ LOG_P_MIN = tl.constexpr(-744.0)
 
 
 @triton.jit
-def _resample_masked(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl, thr, cut, l_scale,
-                     BLOCK_V: tl.constexpr):
-    """argmax_x (log r(x) + G_x) over [0, n) of the masked p (see the module docstring)."""
+def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl, thr, cut, l_scale,
+                     rmask, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+    """argmax_x (log r(x) + G_x) over [0, n) of the masked p (see the module docstring), for each of
+    the BLOCK_R rows (every other argument but n one per row; rows without `rmask` read nothing)."""
     offs = tl.arange(0, BLOCK_V)
-    best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_ri = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
-    best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
-    best_pi = tl.full((offs + n).shape, 0, (offs + n).dtype)
-    p_min = LOG_P_MIN - l_scale
+    best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    best_ri = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
+    best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    best_pi = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)
+    t_ptrs = t_row_ptrs[:, None]
+    q_ptrs = q_row_ptrs[:, None]
+    t_col = t_div[:, None]
+    m_col = m[:, None]
+    log_s_col = log_s[:, None]
+    q_m_col = q_m[:, None]
+    q_log_s_col = q_log_s[:, None]
+    g_col = g[:, None]
+    use_q_col = use_q[:, None]
+    excl_col = excl[:, None]
+    thr_col = thr[:, None]
+    cut_col = cut[:, None]
+    l_col = l_scale[:, None]
+    p_min = LOG_P_MIN - l_col
     for start in range(0, n, BLOCK_V):
-        idx = start + offs
-        mask = idx < n
-        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
+        idx = (start + offs)[None, :]
+        mask = rmask[:, None] & (idx < n)
+        z = tl.div_rn(tl.load(t_ptrs + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
         z = tl.where(z == z, z, NEG_INF)
-        mask = mask & ((z > thr) | ((z == thr) & (idx <= cut)))
-        log_p = (z - m) - log_s
-        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)
+        mask = mask & ((z > thr_col) | ((z == thr_col) & (idx <= cut_col)))
+        log_p = (z - m_col) - log_s_col
+        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, idx)[0]), TINY)
         w = 1.0 - v
         log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
         gum = -tl.log(-log1m_v)
         sp = log_p + gum
         sp = tl.where(mask & (sp == sp), sp, NEG_INF)
-        zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
-        zq = tl.div_rn(zq.to(tl.float32), t_div)
+        zq = tl.load(q_ptrs + idx, mask=use_q_col & mask, other=NEG_INF)
+        zq = tl.div_rn(zq.to(tl.float32), t_col)
         zq = tl.where(zq == zq, zq, NEG_INF)
-        log_q = ((zq - q_m) - q_log_s) - l_scale  # log(q / P)
+        log_q = ((zq - q_m_col) - q_log_s_col) - l_col  # log(q / P)
         pos_mass = (log_p > log_q) & (log_p > p_min)
         a = tl.where(pos_mass, log_q - log_p, -1.0)
         e = tl.exp(a)
         log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
         em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
         sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
-        sr = tl.where(use_q, sq, tl.where(idx == excl, NEG_INF, sp))
+        sr = tl.where(use_q_col, sq, tl.where(idx == excl_col, NEG_INF, sp))
         sr = tl.where(mask & (sr == sr), sr, NEG_INF)
         up = sp > best_p
         best_p = tl.where(up, sp, best_p)
@@ -69,9 +83,9 @@ def _resample_masked(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, 
         ur = sr > best_r
         best_r = tl.where(ur, sr, best_r)
         best_ri = tl.where(ur, idx, best_ri)
-    mp = tl.reduce(best_p, 0, _MAX)
-    ip = tl.reduce(tl.where(best_p == mp, best_pi, BIG_INDEX), 0, _MIN)
-    mr = tl.reduce(best_r, 0, _MAX)
-    ir = tl.reduce(tl.where(best_r == mr, best_ri, BIG_INDEX), 0, _MIN)
+    mp = tl.reduce(best_p, 1, _MAX)
+    ip = tl.reduce(tl.where(best_p == mp[:, None], best_pi, BIG_INDEX), 1, _MIN)
+    mr = tl.reduce(best_r, 1, _MAX)
+    ir = tl.reduce(tl.where(best_r == mr[:, None], best_ri, BIG_INDEX), 1, _MIN)
     tok = tl.where(mr > NEG_INF, ir, ip)
     return tl.where((tok >= 0) & (tok < n), tok, 0)

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import triton
 
 from ..spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from ..spec.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
@@ -75,10 +76,16 @@ from .logprobs import emitted_tokens, row_logprobs
 DEFAULT_BLOCK_V = 1024
 NUM_WARPS = 4
 # Lanes of the radix-select passes of SPEC 2's masks (masks.py): per-lane [MASK_BLOCK, 16] bin
-# accumulators, 16 elements per thread at 4 warps (at most BLOCK_V). Interpreted: BLOCK_V lanes (it
-# pays per tl operation, not per element). The lanes fix the order of the top-p mass sums: an
-# interpreted and a compiled sampler may round them apart (within SPEC 8's tolerance).
+# accumulators, 16 elements per thread at 4 warps (at most BLOCK_V); interpreted: see below. The
+# lanes fix the order of the top-p mass sums: an interpreted and a compiled sampler may round them
+# apart (within SPEC 8's tolerance).
 MASK_BLOCK = 32
+# Rows per program of the row kernels (row_stats, mask_stats, log_softmax): one row per program
+# on CUDA (the grid is the parallelism; registers as for one row), several under the interpreter,
+# which pays per tl operation and per program, not per element. The radix-select lanes there:
+# [rows, lanes, 16] accumulators, lanes = INTERPRETED_MASK_ELEMS // rows (at most BLOCK_V).
+INTERPRETED_BLOCK_ROWS = 16
+INTERPRETED_MASK_ELEMS = 1024
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -90,6 +97,17 @@ def default_device() -> str:
 def _interpreted() -> bool:
     """Whether the kernels were defined under Triton's interpreter (TRITON_INTERPRET=1 at import)."""
     return type(kernels.verify_kernel).__name__ == "InterpretedFunction"
+
+
+def _check_block_rows(block_rows) -> int:
+    """Rows per program of the row kernels: as given, else 1 compiled and INTERPRETED_BLOCK_ROWS
+    interpreted."""
+    if block_rows is None:
+        return INTERPRETED_BLOCK_ROWS if _interpreted() else 1
+    block_rows = int(block_rows)
+    if block_rows < 1 or block_rows & (block_rows - 1):
+        raise ValueError(f"block_rows must be a power of two >= 1, got {block_rows}")
+    return block_rows
 
 
 def _check_block_v(block_v) -> int:
@@ -155,6 +173,7 @@ def rejection_sample(
     num_logprobs: int | None = None,
     logprobs_mode: str = "raw",
     block_v: int | None = None,
+    block_rows: int | None = None,
     cu_num_logits_host=None,
     info: dict | None = None,
     top_k: torch.Tensor | None = None,
@@ -166,7 +185,9 @@ def rejection_sample(
 
     Arguments follow `SpecBatch` (section 1) as torch tensors on one device;
     `target_logits` / `draft_logits` may be float32, bfloat16 or float16 and
-    are read natively. `max_chunk_logits=None` means `max_chunk_logits(V)`.
+    are read natively. `max_chunk_logits=None` means `max_chunk_logits(V)`. `block_v` is the
+    vocabulary block, `block_rows` the rows per program of the row kernels (None: 1 compiled,
+    INTERPRETED_BLOCK_ROWS interpreted); a row's results do not depend on the rows beside it.
     `cu_num_logits_host` (NumPy or a list) saves the one device-to-host copy
     of `cu_num_logits` that the chunk planner needs. `info`, when given, is
     filled with `max_buffer_rows` and `num_chunks`. `top_k` (int32 [S]), `top_p` and `min_p`
@@ -183,6 +204,9 @@ def rejection_sample(
     _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
                   temperature, seeds, num_speculative_steps, num_logprobs, logprobs_mode, params, verification)
     block = _check_block_v(block_v)
+    rows_per = _check_block_rows(block_rows)
+    mask_block = (min(block, max(16, INTERPRETED_MASK_ELEMS // rows_per)) if _interpreted()
+                  else min(block, MASK_BLOCK))
     device = target_logits.device
     if device.type == "cpu" and not _interpreted():
         raise RuntimeError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before triton is "
@@ -271,50 +295,51 @@ def rejection_sample(
     with np.errstate(all="ignore"):
         for a, b, lo, hi in chunks:
             if hi > lo:
-                kernels.row_stats_kernel[(hi - lo,)](
+                tiles = (triton.cdiv(hi - lo, rows_per),)
+                kernels.row_stats_kernel[tiles](
                     target, draft, req_of_row, cu, idx, temp,
                     t_max, t_logsum, t_arg, d_max, d_logsum,
-                    lo, n, r, s, k, v, vd, v_eff,
-                    HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
+                    lo, hi, n, r, s, k, v, vd, v_eff,
+                    HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
                 if masked:
-                    kernels.mask_stats_kernel[(hi - lo,)](
+                    kernels.mask_stats_kernel[tiles](
                         target, req_of_row, idx, temp, tk, tp, mp,
                         t_max, t_logsum, t_thr, t_cut,
-                        lo, n, r, s, v, v_eff,
-                        BLOCK_V=block, MASK_BLOCK=block if _interpreted() else min(block, MASK_BLOCK), **launch,
+                        lo, hi, n, r, s, v, v_eff,
+                        BLOCK_R=rows_per, BLOCK_V=block, MASK_BLOCK=mask_block, **launch,
                     )
             if block_mode:
-                kernels.block_tau_kernel[(b - a,)](
+                kernels.block_tau_kernel[(triton.cdiv(b - a, rows_per),)](
                     target, draft, ids, pos_d, cu, idx, temp, seeds_d,
                     t_max, t_logsum, d_max, d_logsum, t_thr, t_cut,
                     sampled, tau, l_res,
-                    a, n, r, s, k, v, vd, v_eff, masked,
-                    HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
+                    a, b, n, r, s, k, v, vd, v_eff, masked,
+                    HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
-            kernels.verify_kernel[(b - a,)](
+            kernels.verify_kernel[(triton.cdiv(b - a, rows_per),)](
                 target, draft, ids, pos_d, cu, idx, temp, seeds_d,
                 t_max, t_logsum, t_arg, d_max, d_logsum, t_thr, t_cut, tau,
                 sampled, num_sampled,
-                a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,
-                HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
+                a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,
+                HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
             )
             if defer:
-                kernels.resample_kernel[(b - a,)](
+                kernels.resample_kernel[(triton.cdiv(b - a, rows_per),)](
                     target, draft, ids, pos_d, cu, idx, temp, seeds_d,
                     t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, l_res,
                     sampled, num_sampled,
-                    a, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),
-                    BLOCK_V=block, **launch,
+                    a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),
+                    BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
             if buf is None:
                 continue
             for blo in range(lo, hi, cap):
                 bhi = min(blo + cap, hi)
-                kernels.log_softmax_kernel[(bhi - blo,)](
+                kernels.log_softmax_kernel[(triton.cdiv(bhi - blo, rows_per),)](
                     target, buf, req_of_row, idx, temp, t_thr, t_cut,
-                    blo, n, r, s, v, v_eff, processed, masked & processed,
-                    BLOCK_V=block, **launch,
+                    blo, bhi, n, r, s, v, v_eff, processed, masked & processed,
+                    BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
                 rows = torch.arange(blo, bhi, device=device)
                 tok = emitted_tokens(rows, req_of_row, cu, sampled, num_sampled)
@@ -330,6 +355,8 @@ class TritonSampler:
 
     - cap_bytes: bytes of FP32 processed logits one chunk may hold (`max_chunk_logits(V, cap_bytes)`).
     - block_v: vocabulary block of the kernels (a power of two >= 16; default 1024).
+    - block_rows: rows per program of the row kernels (a power of two; default 1 on CUDA,
+      INTERPRETED_BLOCK_ROWS through the interpreter).
     - validate: run `rs_verify.spec.validation.validate` before any device work.
     - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
 
@@ -345,19 +372,21 @@ class TritonSampler:
     sampling_params = frozenset({"min_p", "top_k", "top_p"})
 
     def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,
-                 device=None):
+                 device=None, block_rows: int | None = None):
         self.cap_bytes = int(cap_bytes)
         self.block_v = _check_block_v(block_v)
+        self.block_rows = _check_block_rows(block_rows)
         self.validate = bool(validate)
         self.device = torch.device(default_device() if device is None else device)
         self.interpreted = self.device.type != "cuda"
 
     def unvalidated(self) -> "TritonSampler":
         """The same sampler with validation off (SPEC section 9: still memory-safe)."""
-        return TritonSampler(cap_bytes=self.cap_bytes, block_v=self.block_v, validate=False, device=self.device)
+        return TritonSampler(cap_bytes=self.cap_bytes, block_v=self.block_v, validate=False, device=self.device,
+                             block_rows=self.block_rows)
 
     def __repr__(self) -> str:
-        return (f"TritonSampler(cap_bytes={self.cap_bytes}, block_v={self.block_v}, "
+        return (f"TritonSampler(cap_bytes={self.cap_bytes}, block_v={self.block_v}, block_rows={self.block_rows}, "
                 f"validate={self.validate}, device={str(self.device)!r})")
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
@@ -398,6 +427,7 @@ class TritonSampler:
             num_logprobs=batch.num_logprobs,
             logprobs_mode=batch.logprobs_mode,
             block_v=self.block_v,
+            block_rows=self.block_rows,
             cu_num_logits_host=np.asarray(batch.cu_num_logits),
             info=info,
             verification=batch.verification,
