@@ -84,16 +84,16 @@ def _k(*pairs):
 
 # -- recurring anchors in rs_verify/triton_sampler/kernels.py ---------------------------
 RESAMPLE_SEED = "g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]"
-ACCEPT_U = "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_pos)[0]), TINY)"
+ACCEPT_U = "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)"
 STATE_SEED = "seed = tl.load(seeds_ptr + s)"
 GREEDY = "greedy = temp == 0.0"
 FINAL_CLAMP = "    tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)\n"
 ROW_STATS_TARGET = "m, sum_exp, arg = _row_stats(target_ptr + j * V, live, Vp, t_div, BLOCK_R, BLOCK_V)"
 ROW_STATS_DRAFT = "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, verifies, Vp, t_div, BLOCK_R, BLOCK_V)"
 VERIFY_ZQ = ("* Vd + d_safe, mask=smask, other=NEG_INF)\n"
-             "            zq = tl.div_rn(zq.to(tl.float32), t_col)")
-RESAMPLE_ZQ = ("mask=use_q[:, None] & mask, other=NEG_INF)\n"
-               "            zq = tl.div_rn(zq.to(tl.float32), t_col)")
+             "                zq = tl.div_rn(zq.to(tl.float32), t_div)")
+RESAMPLE_ZQ = ("mask=tl.where(use_q, mask, False), other=NEG_INF)\n"
+               "            zq = tl.div_rn(zq.to(tl.float32), t_div)")
 STATS_ALLOC = """    t_max = torch.empty(n, dtype=torch.float32, device=device)
     t_logsum = torch.empty(n, dtype=torch.float32, device=device)
     t_arg = torch.empty(n, dtype=torch.int32, device=device)
@@ -122,11 +122,11 @@ MUTANTS: list[Mutant] = [
         "noise is the acceptance uniform u itself and token x's is the uniform of position pos + x.",
         TRITON,
         _k(
-            ("g, use_q, excl, rmask,\n", "g, use_q, excl, pos_t, rmask,  # MUTANT\n"),
-            ("v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, idx)[0]), TINY)",
-             "v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, pos_t[:, None] + idx)[0]), TINY)  # MUTANT"),
+            ("g, use_q, excl,\n", "g, use_q, excl, pos_t,  # MUTANT\n"),
+            ("v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)",
+             "v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, pos_t + idx)[0]), TINY)  # MUTANT"),
             (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream\n        pos_t = tl.load(pos_ptr + jt)"),
-            ("g, ok_t, tl.full(t.shape, -1, t.dtype),\n", "g, ok_t, tl.full(t.shape, -1, t.dtype), pos_t,\n"),
+            ("g, ok_t, -1,\n", "g, ok_t, -1, pos_t,\n"),
             ("g, ok_t, excl,\n", "g, ok_t, excl, pos_t,\n"),
         ),
         killers=("certified_equivalence",),
@@ -144,7 +144,7 @@ MUTANTS: list[Mutant] = [
         "RNG keyed by the batch row instead of the token position: streams change when the batch is "
         "permuted, split or merged.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_vec)[0]), TINY)  # MUTANT: row, not pos"),
+        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos"),
            (RESAMPLE_SEED, "g = tl.randint4x(seed, jt)[0]  # MUTANT: row, not pos")),
         killers=("batch_invariance", "certified_equivalence"),
     ),
@@ -153,7 +153,7 @@ MUTANTS: list[Mutant] = [
         "Acceptance uniform keyed by the batch row instead of the token position (the resample noise is right): "
         "accept/reject decisions change when the batch is permuted, split or chunked.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_vec)[0]), TINY)  # MUTANT: row, not pos")),
+        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos")),
         killers=("certified_equivalence", "batch_invariance"),
     ),
     Mutant(
@@ -167,7 +167,7 @@ MUTANTS: list[Mutant] = [
         "per_request_seeds_ignored",
         "Per-request seeds ignored: every request draws from the first state's seed.",
         TRITON,
-        _k((STATE_SEED, "seed = tl.load(seeds_ptr + s * 0)  # MUTANT: one seed for all")),
+        _k((STATE_SEED, "seed = tl.load(seeds_ptr)  # MUTANT: one seed for all")),
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -175,7 +175,7 @@ MUTANTS: list[Mutant] = [
         "u not clamped to TINY: u = rand(seed, pos) may be exactly 0, and log 0 = -inf accepts any draft "
         "with p(d) > 0 (SPEC 3: u = max(rand, TINY)).",
         TRITON,
-        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(tl.randint4x(seed_col, j_pos)[0])  # MUTANT: no TINY")),
+        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0])  # MUTANT: no TINY")),
         killers=("stream_edges",),
         note="Differs only where the Philox word is 0 or -1 (2 in 2**32 draws): random batches never reach it.",
     ),
@@ -215,8 +215,8 @@ MUTANTS: list[Mutant] = [
         "Chunk offsets not rebased: the verify kernel of every chunk gets request offset 0, so it re-verifies "
         "the first requests and never the chunk's own.",
         TRITON,
-        {"sampler.py": [("                a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,\n",
-                         "                0, b - a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,  # MUTANT: offset not rebased\n"),
+        {"sampler.py": [("                a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,\n",
+                         "                0, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,  # MUTANT: offset not rebased\n"),
                         ("                    a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),\n",
                          "                    0, b - a, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),  # MUTANT\n")]},
         killers=("chunked_equals_full",),
@@ -297,8 +297,8 @@ MUTANTS: list[Mutant] = [
         TRITON,
         _k(("d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)",
             "d = tl.load(draft_ids_ptr + j_vec, mask=smask, other=-1)  # MUTANT: j, not j + 1"),
-           ("\n    has_d = t < n\n    d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)\n",
-            "\n    has_d = t < n\n    d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT\n"),
+           ("    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)",
+            "    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT"),
            ("        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)\n        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
             "        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT (resample_kernel)\n"
             "        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr")),
@@ -327,9 +327,8 @@ MUTANTS: list[Mutant] = [
         "Bonus token drawn from the wrong row: cu[r + 1] (the next request's first row) instead of "
         "cu[r + 1] - 1.",
         TRITON,
-        _k(("    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n    tok = tl.load(t_arg_ptr + jt)",
-            "    jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n"
-            "    tok = tl.load(t_arg_ptr + jt)"),
+        _k(("    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n    if greedy:",
+            "    jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n    if greedy:"),
            ("        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n        has_d",
             "        jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n        has_d")),
         killers=("greedy_chain", "certified_equivalence"),
@@ -339,8 +338,8 @@ MUTANTS: list[Mutant] = [
         "Accepted count not a prefix: num_accepted = the number of accepted drafts, not the index of the "
         "first rejection, so a rejected draft followed by accepted ones is emitted.",
         TRITON,
-        _k(("t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 1, _MIN))",
-            "t = tl.minimum(t, kb + tl.sum((smask & (acc != 0)).to(tl.int32), 1))  # MUTANT: a count")),
+        _k(("t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0, _MIN))",
+            "t = tl.minimum(t, kb + tl.sum((smask & (acc != 0)).to(tl.int32), 0))  # MUTANT: a count")),
         killers=("greedy_chain", "certified_equivalence"),
     ),
     Mutant(
@@ -400,8 +399,8 @@ MUTANTS: list[Mutant] = [
         TRITON,
         _k((ROW_STATS_DRAFT, "dm, ds, _ = _row_stats(draft_ptr + (s * K + i) * Vd, verifies, Vp, tl.full([BLOCK_R], 1.0, "
                              "tl.float32), BLOCK_R, BLOCK_V)  # MUTANT"),
-           (VERIFY_ZQ, VERIFY_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_col)", "zq.to(tl.float32)  # MUTANT")),
-           (RESAMPLE_ZQ, RESAMPLE_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_col)", "zq.to(tl.float32)  # MUTANT"))),
+           (VERIFY_ZQ, VERIFY_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)", "zq.to(tl.float32)  # MUTANT")),
+           (RESAMPLE_ZQ, RESAMPLE_ZQ.replace("tl.div_rn(zq.to(tl.float32), t_div)", "zq.to(tl.float32)  # MUTANT"))),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
@@ -428,8 +427,8 @@ MUTANTS: list[Mutant] = [
         "bf16 draft probabilities: the draft's processed logit in the acceptance test is rounded to bfloat16.",
         TRITON,
         _k((VERIFY_ZQ, VERIFY_ZQ.replace(
-            "tl.div_rn(zq.to(tl.float32), t_col)",
-            "tl.div_rn(zq.to(tl.float32), t_col).to(tl.bfloat16).to(tl.float32)  # MUTANT"))),
+            "tl.div_rn(zq.to(tl.float32), t_div)",
+            "tl.div_rn(zq.to(tl.float32), t_div).to(tl.bfloat16).to(tl.float32)  # MUTANT"))),
         killers=("certified_equivalence",),
     ),
     # -- the algorithm (SPEC section 4) ------------------------------------------------------------
@@ -437,7 +436,7 @@ MUTANTS: list[Mutant] = [
         "one_hot_residual_keeps_draft",
         "One-hot residual not zeroing the draft: after rejecting draft d the resample draws from p, d included.",
         TRITON,
-        _k(("excl = tl.where(ok_t, d_t, -1)", "excl = tl.where(ok_t, -1, -1)  # MUTANT: r(d) not zeroed")),
+        _k(("excl = tl.where(ok_t, d_t, -1)", "excl = -1  # MUTANT: r(d) not zeroed")),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
@@ -445,8 +444,8 @@ MUTANTS: list[Mutant] = [
         "Padded (-1) model drafts resampled from max(p - q, 0) with the q of a step that proposed nothing "
         "(measured vLLM MRV2 behaviour; SPEC 4 resamples from p).",
         TRITON,
-        _k(("    ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n    stochastic",
-            "    ok_t = has_d  # MUTANT: padded drafts use q\n    stochastic"),
+        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        g = tl.randint",
+            "        ok_t = has_d  # MUTANT: padded drafts use q\n        g = tl.randint"),
            ("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
             "        ok_t = has_d  # MUTANT: padded drafts use q (resample_kernel)\n        thr")),
         killers=("certified_equivalence",),
@@ -464,22 +463,22 @@ MUTANTS: list[Mutant] = [
         "resample_ignores_residual",
         "Resample from p instead of the residual max(p - q, 0) after a rejected model draft.",
         TRITON,
-        _k(("            sr = tl.where(use_q[:, None], sq, sp)\n", "            sr = sp  # MUTANT: residual ignored\n")),
+        _k(("            sr = tl.where(use_q, sq, sp)\n", "            sr = sp  # MUTANT: residual ignored\n")),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
         "acceptance_ignores_draft_probability",
         "Acceptance test without q for model drafts: accept iff p(d) > u (the one-hot rule), not p(d) > u q(d).",
         TRITON,
-        _k(("        acc = ok & (log_p > thr)\n", "        acc = ok & (log_p > tl.log(u))  # MUTANT\n")),
+        _k(("            acc = ok & (log_p > thr)\n", "            acc = ok & (log_p > tl.log(u))  # MUTANT\n")),
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
         "argmax_regardless_of_temperature",
         "Argmax used regardless of temperature: the resample / bonus token is the argmax of z for every request.",
         TRITON,
-        _k(("        tok = tl.where(greedy, tok, drawn.to(tl.int64))\n",
-            "        tok = tl.where(temp >= 0.0, tok, drawn.to(tl.int64))  # MUTANT: argmax for every request\n")),
+        _k(("    if greedy:\n        tok = tl.load(t_arg_ptr + jt)\n",
+            "    if temp >= 0.0:  # MUTANT: argmax for every request\n        tok = tl.load(t_arg_ptr + jt)\n")),
         killers=("certified_equivalence", "output_invariants"),
     ),
     Mutant(
@@ -716,9 +715,9 @@ EQUIVALENT: list[Mutant] = [
         TRITON,
         _k(("z = tl.div_rn(tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)",
             "z = tl.load(row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_col  # MUTANT"),
-           ("z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)",
-            "z = tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_col  # MUTANT"),
-           ("zd = tl.div_rn(zd.to(tl.float32), t_col)", "zd = zd.to(tl.float32) / t_col  # MUTANT")),
+           ("z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)",
+            "z = tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32) / t_div  # MUTANT"),
+           ("zd = tl.div_rn(zd.to(tl.float32), t_div)", "zd = zd.to(tl.float32) / t_div  # MUTANT")),
         note="Equivalent on CPU: the interpreter evaluates both `/` and tl.div_rn with np.divide (IEEE). On a "
              "GPU `/` is off by <= 2 ulp, inside the certification's eps * L tolerance, and chunked / permuted "
              "runs of the same sampler round alike: no property of the SPEC 8 contract can see it.",

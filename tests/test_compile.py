@@ -19,8 +19,8 @@ import pytest
 from rs_verify.triton_sampler import aot
 
 # The loop-carried index vector of `_row_stats` as it was before the int64 fix (issue 12).
-FIXED_LINE = "    i_vec = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx: int32, or int64 for an int64 n\n"
-INT32_ONLY_LINE = "    i_vec = tl.full([BLOCK_V], 0, tl.int32)\n"
+FIXED_LINE = "    i_vec = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx: int32, or int64 for an int64 n\n"
+INT32_ONLY_LINE = "    i_vec = tl.full([BLOCK_R, BLOCK_V], 0, tl.int32)\n"
 ONE_SPECIALIZATION = dict(kernels=["row_stats_kernel"], dtypes=("float32",), draft_modes=("one_hot",),
                           vocab_classes=("16n",))
 

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -113,11 +114,20 @@ def kernels_for_compile(kernels_file=None):
     interpreter off: compilable JIT functions, whatever the interpreter setting of this process."""
 
 
+    # kernels.py imports kernels and helpers from its sibling modules (block.py, masks.py, ...): a
+    # private package over the same folder gives it fresh, compilable copies of those too.
     path = str(kernels_file or kernels.__file__)
+    private = "rs_verify.triton_sampler._aot"
+    for name in [m for m in sys.modules if m == private or m.startswith(private + ".")]:
+        del sys.modules[name]
+    package = types.ModuleType(private)
+    package.__path__ = [os.path.dirname(kernels.__file__)]
+    sys.modules[private] = package
     with knobs.runtime.scope():
         knobs.runtime.interpret = False
-        spec = importlib.util.spec_from_file_location("rs_verify.triton_sampler._kernels_aot", path)
+        spec = importlib.util.spec_from_file_location(private + ".kernels", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
         spec.loader.exec_module(module)
     return module
 

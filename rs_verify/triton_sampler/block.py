@@ -1,9 +1,9 @@
 """SPEC section 4b's block verification of one stochastic request (Triton, plain `tl`).
 
-`block_tau_kernel` (one program per request, launched for block batches only, before
+`block_tau_kernel` (one program per BLOCK_R requests, launched for block batches only, before
 `verify_kernel`) calls `_block_tau`, which walks the
 verified steps i < m (m: the first padded draft, a draft id outside [0, V') counting as padded)
-in order, with scalar loads of the row statistics:
+in order, each request of the tile its own steps, with one load per request of the row statistics:
 
     log P_i = min(log P_{i-1} + log p_i(d_i) - log q_i(d_i), 0)   (one-hot: log q = 0),
               -inf when p_i(d_i) = 0 or P_{i-1} = 0;
@@ -26,6 +26,8 @@ last; one-hot drafts none. Greedy requests and token-wise batches never enter it
 import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
+
+from .tiles import _tile_rows
 
 TINY = tl.constexpr(4.6566127342e-10)
 NEG_INF = tl.constexpr(float("-inf"))
@@ -134,3 +136,36 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
         tl.store(out_row[:, None] + i_vec, tl.load(draft_ids_ptr + start[:, None] + i_vec + 1, mask=smask, other=-1),
                  mask=smask)
     return tau, l_res
+
+
+@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED"])
+def block_tau_kernel(
+    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
+    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr,
+    sampled_ptr, tau_ptr, l_res_ptr,
+    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED,
+    HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """Grid: requests [req_off, req_end) of a chunk of a block batch, BLOCK_R per program, before
+    `verify_kernel`. A stochastic request gets its accepted drafts in `sampled`, tau and log
+    P_{tau-1} (`_block_tau`); a greedy one tau = -1 (verify_kernel verifies it token-wise). The
+    vocabulary sizes are not specialized (fewer compiles; the Z pass loses the divisibility-by-16
+    alignment hints)."""
+    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    stochastic = live & (temp != 0.0)
+    tau = tl.full([BLOCK_R], -1, tl.int32)
+    l_res = tl.full([BLOCK_R], 0.0, tl.float32)
+    if tl.reduce(stochastic.to(tl.int32), 0, _MAX) != 0:
+        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
+        n = tl.where(stochastic, tl.minimum(tl.maximum(end - start - 1, 0), K), 0).to(tl.int32)
+        tau_s, l_res_s = _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
+                                    d_logsum_ptr, t_thr_ptr, t_cut_ptr, sampled_ptr + r * (K + 1), start, n, s,
+                                    tl.load(seeds_ptr + s), tl.where(stochastic, temp, 1.0), N, K, V, Vd, Vp, MASKED,
+                                    HAS_DRAFT, BLOCK_R, BLOCK_V)
+        tau = tl.where(stochastic, tau_s, tau)
+        l_res = tl.where(stochastic, l_res_s, l_res)
+    tl.store(tau_ptr + r, tau, mask=live)
+    tl.store(l_res_ptr + r, l_res, mask=live)

@@ -1,9 +1,13 @@
 """Triton kernels of the production rejection sampler (SPEC sections 2-6).
 
 One code path for CUDA and the interpreter: plain `tl` only (no libdevice).
-Every program works on one target row or one request and reduces over the
-vocabulary in blocks of the constexpr `BLOCK_V` with a fixed lane layout, so a
-row's result never depends on the batch, the chunk or the other rows.
+Every program works on `BLOCK_R` target rows or requests (a constexpr: 1 compiled,
+more through the interpreter, which pays per `tl` operation and per program, not per
+element) as `[BLOCK_R, BLOCK_V]` tiles, and reduces each row over the vocabulary in
+blocks of the constexpr `BLOCK_V` with a fixed lane layout, so a row's result never
+depends on the batch, the chunk, the other rows of its tile or `BLOCK_R` itself.
+Per-row branches are masks: a tile runs a pass when any of its rows needs it, and a
+row takes only its own results (`BLOCK_R = 1`: the branch of the one row, as before).
 All row / state offsets are int64 (`row * V` must not overflow int32); every
 load and store is masked or uses indices clamped into range, so a sampler run
 without validation never touches memory outside its tensors.
@@ -23,9 +27,10 @@ import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
 
-from .block import _block_tau
+from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .masks import _masked_stats, _row_masks
 from .residual import _resample_masked
+from .tiles import _tile_rows
 
 # SPEC section 3: the smallest uniform and Triton's rand scale.
 TINY = tl.constexpr(4.6566127342e-10)
@@ -98,17 +103,9 @@ def _row_stats(row_ptrs, rmask, n, t_div, BLOCK_R: tl.constexpr, BLOCK_V: tl.con
 
 
 @triton.jit
-def _tile_rows(row_off, row_end, N, BLOCK_R: tl.constexpr):
-    """The BLOCK_R rows of this program: (rows clamped into [0, N), whether each is below row_end)."""
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R) + row_off
-    return tl.minimum(tl.maximum(rows, 0), N - 1), rows < row_end
-
-
-@triton.jit
-def _resample(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl, rmask,
-              HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
-    """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index, for each of
-    the BLOCK_R rows (every argument but n one per row; rows without `rmask` read nothing).
+def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl,
+              HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
+    """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index.
 
     r = max(p - q, 0) when `use_q` (model drafts; in the log domain:
     log r = log p + log(1 - q / p) where p > q and p is within float64 range),
@@ -117,42 +114,36 @@ def _resample(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g, use_q
     positive mass). Both argmaxes are tracked in the same pass.
     """
     offs = tl.arange(0, BLOCK_V)
-    best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
-    best_ri = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx (see _row_stats)
-    best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
-    best_pi = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)
-    t_row_ptr = t_row_ptrs[:, None]
-    q_row_ptr = q_row_ptrs[:, None]
-    t_col = t_div[:, None]
-    m_col = m[:, None]
-    log_s_col = log_s[:, None]
-    g_col = g[:, None]
+    best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_ri = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx (see _row_stats)
+    best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_pi = tl.full((offs + n).shape, 0, (offs + n).dtype)
     for start in range(0, n, BLOCK_V):
-        idx = (start + offs)[None, :]
-        mask = rmask[:, None] & (idx < n)
-        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
+        idx = start + offs
+        mask = idx < n
+        z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
-        log_p = (z - m_col) - log_s_col
-        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, idx)[0]), TINY)
+        log_p = (z - m) - log_s
+        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)
         w = 1.0 - v
         log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
         gum = -tl.log(-log1m_v)
         sp = log_p + gum
         sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         if HAS_DRAFT:
-            zq = tl.load(q_row_ptr + idx, mask=use_q[:, None] & mask, other=NEG_INF)
-            zq = tl.div_rn(zq.to(tl.float32), t_col)
+            zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
+            zq = tl.div_rn(zq.to(tl.float32), t_div)
             zq = tl.where(zq == zq, zq, NEG_INF)
-            log_q = (zq - q_m[:, None]) - q_log_s[:, None]
+            log_q = (zq - q_m) - q_log_s
             pos_mass = (log_p > log_q) & (log_p > LOG_P_MIN)
             a = tl.where(pos_mass, log_q - log_p, -1.0)
             e = tl.exp(a)
             log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
             em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
             sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
-            sr = tl.where(use_q[:, None], sq, sp)
+            sr = tl.where(use_q, sq, sp)
         else:
-            sr = tl.where(idx == excl[:, None], NEG_INF, sp)
+            sr = tl.where(idx == excl, NEG_INF, sp)
         sr = tl.where(mask & (sr == sr), sr, NEG_INF)
         up = sp > best_p
         best_p = tl.where(up, sp, best_p)
@@ -160,10 +151,10 @@ def _resample(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g, use_q
         ur = sr > best_r
         best_r = tl.where(ur, sr, best_r)
         best_ri = tl.where(ur, idx, best_ri)
-    mp = tl.reduce(best_p, 1, _MAX)
-    ip = tl.reduce(tl.where(best_p == mp[:, None], best_pi, BIG_INDEX), 1, _MIN)
-    mr = tl.reduce(best_r, 1, _MAX)
-    ir = tl.reduce(tl.where(best_r == mr[:, None], best_ri, BIG_INDEX), 1, _MIN)
+    mp = tl.reduce(best_p, 0, _MAX)
+    ip = tl.reduce(tl.where(best_p == mp, best_pi, BIG_INDEX), 0, _MIN)
+    mr = tl.reduce(best_r, 0, _MAX)
+    ir = tl.reduce(tl.where(best_r == mr, best_ri, BIG_INDEX), 0, _MIN)
     tok = tl.where(mr > NEG_INF, ir, ip)
     return tl.where((tok >= 0) & (tok < n), tok, 0)
 
@@ -234,55 +225,20 @@ def mask_stats_kernel(
     tl.store(t_cut_ptr + j, cut, mask=live)
 
 
-@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED"])
-def block_tau_kernel(
-    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
-    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr,
-    sampled_ptr, tau_ptr, l_res_ptr,
-    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED,
-    HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
-):
-    """Grid: requests [req_off, req_end) of a chunk of a block batch, BLOCK_R per program, before
-    `verify_kernel`. A stochastic request gets its accepted drafts in `sampled`, tau and log
-    P_{tau-1} (`_block_tau`); a greedy one tau = -1 (verify_kernel verifies it token-wise). The
-    vocabulary sizes are not specialized (fewer compiles; the Z pass loses the divisibility-by-16
-    alignment hints)."""
-    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
-    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
-    temp = tl.load(temp_ptr + s)
-    stochastic = live & (temp != 0.0)
-    tau = tl.full([BLOCK_R], -1, tl.int32)
-    l_res = tl.full([BLOCK_R], 0.0, tl.float32)
-    if tl.reduce(stochastic.to(tl.int32), 0, _MAX) != 0:
-        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
-        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
-        n = tl.where(stochastic, tl.minimum(tl.maximum(end - start - 1, 0), K), 0).to(tl.int32)
-        tau_s, l_res_s = _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
-                                    d_logsum_ptr, t_thr_ptr, t_cut_ptr, sampled_ptr + r * (K + 1), start, n, s,
-                                    tl.load(seeds_ptr + s), tl.where(stochastic, temp, 1.0), N, K, V, Vd, Vp, MASKED,
-                                    HAS_DRAFT, BLOCK_R, BLOCK_V)
-        tau = tl.where(stochastic, tau_s, tau)
-        l_res = tl.where(stochastic, l_res_s, l_res)
-    tl.store(tau_ptr + r, tau, mask=live)
-    tl.store(l_res_ptr + r, l_res, mask=live)
-
-
-@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK", "DEFER"])
+@triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK", "DEFER"])
 def verify_kernel(
     target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
     t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, tau_ptr,
     sampled_ptr, num_sampled_ptr,
-    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
-    HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+    req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
+    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
-    """Grid: requests [req_off, req_end) of a chunk, BLOCK_R per program. Acceptance tests of SPEC
-    section 4 (with MASKED, of the masked p; with BLOCK, a stochastic request takes t = tau from
-    `block_tau_kernel`: SPEC 4b), then one resample (first rejection, or tau < n) or bonus draw.
-    `sampled` is pre-filled with -1. With DEFER (set for MASKED or BLOCK batches) a stochastic
-    request's draw is left to `resample_kernel`, so this kernel's resample loop is the token-wise
-    one, unmasked. Greedy and stochastic requests share a program: both tests are evaluated and
-    each request keeps its own (the vocabulary pass runs only for stochastic ones)."""
-    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
+    """Grid: requests of a chunk. Acceptance tests of SPEC section 4 (with MASKED, of the masked
+    p; with BLOCK, a stochastic request takes t = tau from `block_tau_kernel`: SPEC 4b), then one
+    resample (first rejection, or tau < n) or bonus draw. `sampled` is pre-filled with -1. With
+    DEFER (set for MASKED or BLOCK batches) a stochastic request's draw is left to
+    `resample_kernel`, so this kernel's resample loop is the token-wise one, unmasked."""
+    r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
     seed = tl.load(seeds_ptr + s)
@@ -298,50 +254,49 @@ def verify_kernel(
     t = n
     n_tok = n
     if BLOCK:
-        t = tl.where(greedy, n, tl.minimum(tl.maximum(tl.load(tau_ptr + r), 0), n))
-        n_tok = tl.where(greedy, n, 0)
-    n_tok = tl.where(live, n_tok, 0)
-    seed_col = seed[:, None]
-    greedy_col = greedy[:, None]
-    t_col = t_div[:, None]
-    for kb in range(0, tl.reduce(n_tok, 0, _MAX), STEP_BLOCK):
-        i_vec = (kb + tl.arange(0, STEP_BLOCK))[None, :]
-        smask = i_vec < n_tok[:, None]
-        j_vec = start[:, None] + i_vec
+        if temp != 0.0:
+            t = tl.minimum(tl.maximum(tl.load(tau_ptr + r), 0), n)
+            n_tok = tl.full(n.shape, 0, n.dtype)
+    for kb in range(0, n_tok, STEP_BLOCK):
+        i_vec = kb + tl.arange(0, STEP_BLOCK)
+        smask = i_vec < n
+        j_vec = start + i_vec
         d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)
         ok = smask & (d >= 0) & (d < Vp)
         d_safe = tl.where(ok, d, 0)
-        acc_greedy = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
-        j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
-        u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed_col, j_pos)[0]), TINY)
-        zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
-        zd = tl.div_rn(zd.to(tl.float32), t_col)
-        zd = tl.where(zd == zd, zd, NEG_INF)
-        if MASKED:
-            k_thr = tl.load(t_thr_ptr + j_vec, mask=smask, other=NEG_INF)
-            k_cut = tl.load(t_cut_ptr + j_vec, mask=smask, other=BIG_INDEX)
-            zd = tl.where((zd > k_thr) | ((zd == k_thr) & (d_safe <= k_cut)), zd, NEG_INF)
-        log_p = (zd - tl.load(t_max_ptr + j_vec, mask=smask, other=0.0)) \
-            - tl.load(t_logsum_ptr + j_vec, mask=smask, other=0.0)
-        thr = tl.log(u)
-        if HAS_DRAFT:
-            zq = tl.load(draft_ptr + (s[:, None] * K + i_vec) * Vd + d_safe, mask=smask, other=NEG_INF)
-            zq = tl.div_rn(zq.to(tl.float32), t_col)
-            zq = tl.where(zq == zq, zq, NEG_INF)
-            thr = thr + ((zq - tl.load(d_max_ptr + j_vec, mask=smask, other=0.0))
-                         - tl.load(d_logsum_ptr + j_vec, mask=smask, other=0.0))
-        acc = ok & (log_p > thr)
-        acc = tl.where(greedy_col, acc_greedy, acc)
-        t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 1, _MIN))
-        tl.store(out_row[:, None] + i_vec, d, mask=smask & (i_vec < t[:, None]))
+        if greedy:
+            acc = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
+        else:
+            j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
+            u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)
+            zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
+            zd = tl.div_rn(zd.to(tl.float32), t_div)
+            zd = tl.where(zd == zd, zd, NEG_INF)
+            if MASKED:
+                k_thr = tl.load(t_thr_ptr + j_vec, mask=smask, other=NEG_INF)
+                k_cut = tl.load(t_cut_ptr + j_vec, mask=smask, other=BIG_INDEX)
+                zd = tl.where((zd > k_thr) | ((zd == k_thr) & (d_safe <= k_cut)), zd, NEG_INF)
+            log_p = (zd - tl.load(t_max_ptr + j_vec, mask=smask, other=0.0)) \
+                - tl.load(t_logsum_ptr + j_vec, mask=smask, other=0.0)
+            thr = tl.log(u)
+            if HAS_DRAFT:
+                zq = tl.load(draft_ptr + (s * K + i_vec) * Vd + d_safe, mask=smask, other=NEG_INF)
+                zq = tl.div_rn(zq.to(tl.float32), t_div)
+                zq = tl.where(zq == zq, zq, NEG_INF)
+                thr = thr + ((zq - tl.load(d_max_ptr + j_vec, mask=smask, other=0.0))
+                             - tl.load(d_logsum_ptr + j_vec, mask=smask, other=0.0))
+            acc = ok & (log_p > thr)
+        t = tl.minimum(t, tl.reduce(tl.where(smask & (acc == 0), i_vec, BIG_INDEX), 0, _MIN))
+        tl.store(out_row + i_vec, d, mask=smask & (i_vec < t))
 
     jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
-    tok = tl.load(t_arg_ptr + jt).to(tl.int64)  # greedy; both int64, whatever the scalars' width
-    has_d = t < n
-    d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
-    ok_t = has_d & (d_t >= 0) & (d_t < Vp)
-    stochastic = live & (greedy == 0)
-    if (DEFER == 0) & (tl.reduce(stochastic.to(tl.int32), 0, _MAX) != 0):
+    if greedy:
+        tok = tl.load(t_arg_ptr + jt)
+        tok = tok.to(tl.int64)  # both branches int64, whatever the scalars' width
+    else:
+        has_d = t < n
+        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
+        ok_t = has_d & (d_t >= 0) & (d_t < Vp)
         g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
@@ -350,18 +305,22 @@ def verify_kernel(
             q_m = tl.load(d_max_ptr + jt, mask=ok_t, other=0.0)
             q_log_s = tl.load(d_logsum_ptr + jt, mask=ok_t, other=0.0)
             q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-            drawn = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, tl.full(t.shape, -1, t.dtype),
-                              stochastic, HAS_DRAFT, BLOCK_R, BLOCK_V)
+            if DEFER:
+                tok = d_t  # a stand-in: resample_kernel draws this request's token
+            else:
+                tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
+                                HAS_DRAFT, BLOCK_V).to(tl.int64)
         else:
             excl = tl.where(ok_t, d_t, -1)
-            drawn = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
-                              stochastic, HAS_DRAFT, BLOCK_R, BLOCK_V)
-        tok = tl.where(greedy, tok, drawn.to(tl.int64))
-    else:
-        tok = tl.where(greedy, tok, d_t)  # a stand-in (DEFER): resample_kernel draws this request's token
+            if DEFER:
+                tok = d_t
+            else:
+                tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
+                                HAS_DRAFT, BLOCK_V).to(tl.int64)
+        tok = tok.to(tl.int64)
     tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
-    tl.store(out_row + t, tok.to(tl.int64), mask=live)
-    tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32), mask=live)
+    tl.store(out_row + t, tok.to(tl.int64))
+    tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32))
 
 
 @triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK",

@@ -9,7 +9,8 @@ value and keep every tie (cut = BIG_INDEX); top-p keeps a prefix of the tokens o
 descending z then ascending id, whose last token has value thr and id cut. Rows without a mask
 have thr = -inf and cut = BIG_INDEX (`keep` is then true for every token). The kernels apply
 `keep` when they load a target logit, so no masked copy of the logits is ever made.
-`mask_stats_kernel` (kernels.py) calls `_row_masks` and `_masked_stats` for each masked row.
+`mask_stats_kernel` (kernels.py) calls `_row_masks` and `_masked_stats` for a tile of BLOCK_R rows:
+the searches run while any row of the tile is in play, each row keeping its own range and answer.
 
 How `_row_masks` finds them, with M = max z (from `row_stats_kernel`):
 - min-p: lo = min(M + log m, M) (the clamp keeps the maximum when an approximate log of an
@@ -21,7 +22,7 @@ How `_row_masks` finds them, with M = max z (from `row_stats_kernel`):
   every token above t is kept, and t's ties are kept in id order while W + r * e(t) < c * S
   (r ties before it): the first n_keep = ceil((c S - W) / e(t)), clamped to [1, ties] (the most
   likely token is always kept). When n_keep < ties, one more pass finds the id of the n_keep-th
-  tie (a count per block, then a binary search over the lanes of the block holding it): cut.
+  tie (a count per block, then a prefix count over the lanes of the block holding it): cut.
 - `_masked_stats`: the masked row's log-sum-exp, one more pass.
 
 `_radix_select` is an exact radix select (no sort) over order-preserving uint32 keys of the
@@ -31,7 +32,7 @@ bins at its highest differing bit, counts (and, for top-p, sums the mass of) eac
 bin's smallest and largest key, picks the bin holding the answer and narrows the range to that
 bin's smallest and largest key. A range of one key ends it (top-k also ends when the wanted rank
 is the bin's first or last key): at most 8 passes, ~log16(tokens in play) + 1 in practice.
-Per-bin accumulators are [MASK_BLOCK, RADIX] per lane, reduced once per pass, so the order of
+Per-bin accumulators are [BLOCK_R, MASK_BLOCK, RADIX], reduced once per pass, so the order of
 every float sum is fixed by MASK_BLOCK: a row's statistics never depend on the batch, the chunk
 or the other rows.
 
@@ -94,71 +95,72 @@ def _radix_select(row_ptrs, n, t_div, lo, m, rank, c, act, TOP_P: tl.constexpr, 
     ptrs = row_ptrs[:, None]
     t_col = t_div[:, None]
     m_col = m[:, None]
-    for p in range(0, RADIX_PASSES):
-        if tl.reduce(done, 0, _MIN) == 0:
-            # the highest bit where rlo and rhi differ (-1023 when equal), by the float64 exponent
-            diff = rlo ^ rhi
-            top = tl.full([BLOCK_R], 0, tl.uint32)
-            for step in tl.static_range(4, -1, -1):  # binary search for the highest set bit
-                up = (diff >> (top + (1 << step))) != 0
-                top = tl.where(up, top + (1 << step), top)
-            sh = tl.where(top >= RADIX_BITS - 1, top - (RADIX_BITS - 1), 0)
-            wide = (sh + RADIX_BITS) >= 32
-            base = tl.where(wide, 0, rlo & ~((tl.full([], 1, tl.uint32) << tl.where(wide, 0, sh + RADIX_BITS)) - 1))
-            span = (rhi - rlo)[:, None]
-            rlo_col = rlo[:, None]
-            base_col = base[:, None]
-            sh_col = sh[:, None]
-            open_col = (done == 0)[:, None]
-            c_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.int32)
-            e_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.float32)
-            lo_acc = tl.full([BLOCK_R, MB, RADIX], KEY_MAX, tl.uint32)
-            hi_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.uint32)
-            for start in range(0, n, MB):
-                idx = (start + offs)[None, :]
-                mask = open_col & (idx < n)
-                z = tl.div_rn(tl.load(ptrs + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
-                z = tl.where(z == 0.0, 0.0, z)  # -0.0 and +0.0: one key
-                bits = z.to(tl.int32, bitcast=True)
-                key = (bits ^ ((bits >> 31) | INT_MIN)).to(tl.uint32, bitcast=True)  # unsigned order
-                # NaN keys lie outside [key(-inf), key(+inf)], so outside every range: never counted
-                dig = tl.where(mask & (key - rlo_col <= span), (key - base_col) >> sh_col, RADIX)
-                hit = dig[:, :, None] == bins_3d
-                c_acc += hit.to(tl.int32)
-                if TOP_P:
-                    e_acc += tl.where(hit, tl.exp(z - m_col)[:, :, None], 0.0)
-                key_3d = key[:, :, None]
-                lo_acc = tl.minimum(lo_acc, tl.where(hit, key_3d, umax))
-                hi_acc = tl.maximum(hi_acc, tl.where(hit, key_3d, uzero))
-            cnt = tl.reduce(c_acc, 1, _SUM)
-            kmin = tl.reduce(lo_acc, 1, _MIN)
-            kmax = tl.reduce(hi_acc, 1, _MAX)
-            going = done == 0
+    p = 0
+    while (p < RADIX_PASSES) & (tl.reduce(done, 0, _MIN) == 0):
+        # the highest bit where rlo and rhi differ (-1023 when equal), by the float64 exponent
+        diff = rlo ^ rhi
+        top = tl.full([BLOCK_R], 0, tl.uint32)
+        for step in tl.static_range(4, -1, -1):  # binary search for the highest set bit
+            up = (diff >> (top + (1 << step))) != 0
+            top = tl.where(up, top + (1 << step), top)
+        sh = tl.where(top >= RADIX_BITS - 1, top - (RADIX_BITS - 1), 0)
+        wide = (sh + RADIX_BITS) >= 32
+        base = tl.where(wide, 0, rlo & ~((tl.full([], 1, tl.uint32) << tl.where(wide, 0, sh + RADIX_BITS)) - 1))
+        span = (rhi - rlo)[:, None]
+        rlo_col = rlo[:, None]
+        base_col = base[:, None]
+        sh_col = sh[:, None]
+        open_col = (done == 0)[:, None]
+        c_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.int32)
+        e_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.float32)
+        lo_acc = tl.full([BLOCK_R, MB, RADIX], KEY_MAX, tl.uint32)
+        hi_acc = tl.full([BLOCK_R, MB, RADIX], 0, tl.uint32)
+        for start in range(0, n, MB):
+            idx = (start + offs)[None, :]
+            mask = open_col & (idx < n)
+            z = tl.div_rn(tl.load(ptrs + idx, mask=mask, other=NEG_INF).to(tl.float32), t_col)
+            z = tl.where(z == 0.0, 0.0, z)  # -0.0 and +0.0: one key
+            bits = z.to(tl.int32, bitcast=True)
+            key = (bits ^ ((bits >> 31) | INT_MIN)).to(tl.uint32, bitcast=True)  # unsigned order
+            # NaN keys lie outside [key(-inf), key(+inf)], so outside every range: never counted
+            dig = tl.where(mask & (key - rlo_col <= span), (key - base_col) >> sh_col, RADIX)
+            hit = dig[:, :, None] == bins_3d
+            c_acc += hit.to(tl.int32)
             if TOP_P:
-                mass = tl.reduce(e_acc, 1, _SUM)
-                target = tl.where(going & (p == 0), c * tl.reduce(mass, 1, _SUM), target)
-                above = w[:, None] + tl.reduce(tl.where(above_mat, mass[:, None, :], 0.0), 2, _SUM)
-                full = cnt > 0
-                b = tl.reduce(tl.where(full & (above < target[:, None]), bins_row, RADIX), 1, _MIN)
-                b = tl.where(b == RADIX, tl.reduce(tl.where(full, bins_row, -1), 1, _MAX), b)
-                sel = bins_row == b[:, None]
-                w = tl.where(going, tl.reduce(tl.where(sel, above, 0.0), 1, _SUM), w)
-            else:
-                above = tl.reduce(cnt, 1, _SUM)[:, None] - tl.associative_scan(cnt, 1, _SUM)  # tokens in bins above b
-                kk_col = kk[:, None]
-                b = tl.reduce(tl.where((above < kk_col) & (above + cnt >= kk_col), bins_row, -1), 1, _MAX)
-                sel = bins_row == b[:, None]
-                kk = tl.where(going, kk - tl.reduce(tl.where(sel, above, 0), 1, _SUM), kk)
-            ties = tl.where(going, tl.reduce(tl.where(sel, cnt, 0), 1, _SUM), ties)
-            rlo = tl.where(going, tl.reduce(tl.where(sel, kmin, umax), 1, _MIN), rlo)
-            rhi = tl.where(going, tl.reduce(tl.where(sel, kmax, uzero), 1, _MAX), rhi)
-            if TOP_P:
-                fin = (b < 0) | (rlo == rhi)
-                ans = tl.where(going & (b >= 0), rlo, ans)
-            else:
-                fin = (b < 0) | (kk == ties) | (kk == 1) | (rlo == rhi)
-                ans = tl.where(going & (b >= 0), tl.where(kk == 1, rhi, rlo), ans)
-            done = tl.where(going & fin, 1, done)
+                e_acc += tl.where(hit, tl.exp(z - m_col)[:, :, None], 0.0)
+            key_3d = key[:, :, None]
+            lo_acc = tl.minimum(lo_acc, tl.where(hit, key_3d, umax))
+            hi_acc = tl.maximum(hi_acc, tl.where(hit, key_3d, uzero))
+        cnt = tl.reduce(c_acc, 1, _SUM)
+        kmin = tl.reduce(lo_acc, 1, _MIN)
+        kmax = tl.reduce(hi_acc, 1, _MAX)
+        going = done == 0
+        if TOP_P:
+            mass = tl.reduce(e_acc, 1, _SUM)
+            target = tl.where(going & (p == 0), c * tl.reduce(mass, 1, _SUM), target)
+            above = w[:, None] + tl.reduce(tl.where(above_mat, mass[:, None, :], 0.0), 2, _SUM)
+            full = cnt > 0
+            b = tl.reduce(tl.where(full & (above < target[:, None]), bins_row, RADIX), 1, _MIN)
+            b = tl.where(b == RADIX, tl.reduce(tl.where(full, bins_row, -1), 1, _MAX), b)
+            sel = bins_row == b[:, None]
+            w = tl.where(going, tl.reduce(tl.where(sel, above, 0.0), 1, _SUM), w)
+        else:
+            above = tl.reduce(cnt, 1, _SUM)[:, None] - tl.associative_scan(cnt, 1, _SUM)  # tokens in bins above b
+            kk_col = kk[:, None]
+            b = tl.reduce(tl.where((above < kk_col) & (above + cnt >= kk_col), bins_row, -1), 1, _MAX)
+            sel = bins_row == b[:, None]
+            kk = tl.where(going, kk - tl.reduce(tl.where(sel, above, 0), 1, _SUM), kk)
+        ties = tl.where(going, tl.reduce(tl.where(sel, cnt, 0), 1, _SUM), ties)
+        rlo = tl.where(going, tl.reduce(tl.where(sel, kmin, umax), 1, _MIN), rlo)
+        rhi = tl.where(going, tl.reduce(tl.where(sel, kmax, uzero), 1, _MAX), rhi)
+        if TOP_P:
+            fin = (b < 0) | (rlo == rhi)
+            ans = tl.where(going & (b >= 0), rlo, ans)
+        else:
+            fin = (b < 0) | (kk == ties) | (kk == 1) | (rlo == rhi)
+            ans = tl.where(going & (b >= 0), tl.where(kk == 1, rhi, rlo), ans)
+        done = tl.where(going & fin, 1, done)
+        p += 1
     return ans, w, target, ties
 
 

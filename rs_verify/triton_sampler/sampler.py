@@ -10,19 +10,19 @@ Kernel pipeline, per call (`rejection_sample`):
 2. For every chunk of whole requests from `iter_request_chunks(cu, max_chunk_logits)`
    (row and request offsets are scalar kernel arguments; nothing is allocated
    and nothing is synchronised per chunk):
-   a. `row_stats_kernel`, one program per target row: online max, sum-exp
+   a. `row_stats_kernel`, one program per `block_rows` target rows: online max, sum-exp
       and argmax (lowest index on ties, NaN read as -inf) of the processed
       logits `z = div_rn(fp32(x), T)` (temperature applied on load; T = 0 and
       T = 1 leave x untouched) over `[0, V')`; for model drafts also max and
       sum-exp of `draft / T` of the (request, step) that row verifies.
    a'. Only for a batch with sampling parameters (SPEC 2): `mask_stats_kernel`, one
-      program per target row: the row's keep threshold `thr` and tie-id cutoff `cut`
+      program per `block_rows` target rows: the row's keep threshold `thr` and tie-id cutoff `cut`
       (masks.py: exact radix selects over the float bits, no sort), and the masked
       row's log-sum-exp. Every later load of a target logit applies the mask.
    a''. Only for a block batch (SPEC 4b): `block_tau_kernel`, one program per
-      request: tau, log P_{tau-1} and the accepted drafts of each stochastic
+      `block_rows` requests: tau, log P_{tau-1} and the accepted drafts of each stochastic
       request (block.py; model drafts take one more pass per step for Z).
-   b. `verify_kernel`, one program per request: the acceptance tests of
+   b. `verify_kernel`, one program per `block_rows` requests: the acceptance tests of
       SPEC section 4 for all steps at once (they are independent; vectors of
       16 steps), first rejection `t` = the lowest failing step (greedy:
       `d == argmax`; one-hot: `log p(d) > log u`; model drafts:
@@ -45,9 +45,11 @@ Kernel pipeline, per call (`rejection_sample`):
       -inf), then top-k / ranks / the emitted
       token's logprob are derived in torch (`logprobs.row_logprobs`).
 
-Every program reduces one row (or one request) with a lane layout fixed by
+Every program reduces each of its rows (or requests) with a lane layout fixed by
 `BLOCK_V` alone, so results never depend on the batch size, the chunking,
-the request order or the other requests. Kernels are specialized on `BLOCK_V`,
+the request order, the other requests or `block_rows` (`BLOCK_R`: 1 on CUDA, 16 rows
+or requests per program through the interpreter, where a program's cost is its `tl`
+operations, not its lanes). Kernels are specialized on `BLOCK_V`,
 `HAS_DRAFT`, the logits dtype and, by Triton's default, on the vocabulary sizes
 `V` / `Vd` (equal to 1, divisible by 16) and `PROCESSED`; offsets, counts and the
 flags `MASKED` / `BLOCK` are `do_not_specialize` (a batch with parameters or block
@@ -72,6 +74,7 @@ from ..spec.chunking import empty_output, iter_request_chunks, max_chunk_logits 
 from ..spec.validation import check_structure, validate as validate_batch
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
+from .shapes import check_shapes
 
 DEFAULT_BLOCK_V = 1024
 NUM_WARPS = 4
@@ -117,47 +120,6 @@ def _check_block_v(block_v) -> int:
     return block_v
 
 
-def _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
-                  temperature, seeds, k, num_logprobs, logprobs_mode, params=(), verification="token"):
-    """Shape checks that memory safety needs even without validation (no data is read)."""
-    def bad(what):
-        raise ValueError(what)
-
-    if target_logits.dim() != 2:
-        bad(f"target_logits: expected [N, V], got {list(target_logits.shape)}")
-    n, v = target_logits.shape
-    if v < 1:
-        bad("target_logits: vocab size must be >= 1")
-    if isinstance(k, bool) or int(k) < 0:
-        bad(f"num_speculative_steps: expected an int >= 0, got {k!r}")
-    if cu_num_logits.dim() != 1 or cu_num_logits.shape[0] < 1:
-        bad("cu_num_logits: expected [R + 1]")
-    r = cu_num_logits.shape[0] - 1
-    s = temperature.shape[0]
-    for name, t, shape in (("draft_token_ids", draft_token_ids, (n,)), ("pos", pos, (n,)),
-                           ("idx_mapping", idx_mapping, (r,)), ("temperature", temperature, (s,))):
-        if tuple(t.shape) != shape:
-            bad(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
-    if seeds.dim() != 1 or seeds.shape[0] < s:
-        bad(f"seeds: expected shape [{s}], got {list(seeds.shape)}")
-    for name, t in params:
-        if t is not None and (t.dim() != 1 or t.shape[0] < s):
-            bad(f"{name}: expected shape [{s}], got {list(t.shape)}")
-    if r > 0 and s < 1:
-        bad("temperature: no request states")
-    if draft_logits is not None:
-        if draft_logits.dim() != 3 or draft_logits.shape[0] < s or draft_logits.shape[1] != k:
-            bad(f"draft_logits: expected [{s}, {k}, Vd], got {list(draft_logits.shape)}")
-        if draft_logits.shape[2] < 1:
-            bad("draft_logits: draft vocab size must be >= 1")
-    if num_logprobs is not None and not 0 <= int(num_logprobs) <= v:
-        bad(f"num_logprobs: expected None or an int in [0, {v}], got {num_logprobs!r}")
-    if logprobs_mode not in ("raw", "processed"):
-        bad(f"logprobs_mode: unknown mode {logprobs_mode!r}")
-    if verification not in ("token", "block"):
-        bad(f"verification: unknown method {verification!r}")
-
-
 def rejection_sample(
     target_logits: torch.Tensor,
     draft_logits: torch.Tensor | None,
@@ -201,7 +163,7 @@ def rejection_sample(
     """
     k = int(num_speculative_steps)
     params = (("top_k", top_k), ("top_p", top_p), ("min_p", min_p))
-    _check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
+    check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
                   temperature, seeds, num_speculative_steps, num_logprobs, logprobs_mode, params, verification)
     block = _check_block_v(block_v)
     rows_per = _check_block_rows(block_rows)
@@ -317,12 +279,12 @@ def rejection_sample(
                     a, b, n, r, s, k, v, vd, v_eff, masked,
                     HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
-            kernels.verify_kernel[(triton.cdiv(b - a, rows_per),)](
+            kernels.verify_kernel[(b - a,)](
                 target, draft, ids, pos_d, cu, idx, temp, seeds_d,
                 t_max, t_logsum, t_arg, d_max, d_logsum, t_thr, t_cut, tau,
                 sampled, num_sampled,
-                a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,
-                HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
+                a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,
+                HAS_DRAFT=has_draft, BLOCK_V=block, **launch,
             )
             if defer:
                 kernels.resample_kernel[(triton.cdiv(b - a, rows_per),)](

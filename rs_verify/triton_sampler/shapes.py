@@ -1,0 +1,42 @@
+"""Shape checks of `rejection_sample`'s arguments: what memory safety needs even without validation."""
+
+
+def check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
+                  temperature, seeds, k, num_logprobs, logprobs_mode, params=(), verification="token"):
+    """Shape checks that memory safety needs even without validation (no data is read)."""
+    def bad(what):
+        raise ValueError(what)
+
+    if target_logits.dim() != 2:
+        bad(f"target_logits: expected [N, V], got {list(target_logits.shape)}")
+    n, v = target_logits.shape
+    if v < 1:
+        bad("target_logits: vocab size must be >= 1")
+    if isinstance(k, bool) or int(k) < 0:
+        bad(f"num_speculative_steps: expected an int >= 0, got {k!r}")
+    if cu_num_logits.dim() != 1 or cu_num_logits.shape[0] < 1:
+        bad("cu_num_logits: expected [R + 1]")
+    r = cu_num_logits.shape[0] - 1
+    s = temperature.shape[0]
+    for name, t, shape in (("draft_token_ids", draft_token_ids, (n,)), ("pos", pos, (n,)),
+                           ("idx_mapping", idx_mapping, (r,)), ("temperature", temperature, (s,))):
+        if tuple(t.shape) != shape:
+            bad(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
+    if seeds.dim() != 1 or seeds.shape[0] < s:
+        bad(f"seeds: expected shape [{s}], got {list(seeds.shape)}")
+    for name, t in params:
+        if t is not None and (t.dim() != 1 or t.shape[0] < s):
+            bad(f"{name}: expected shape [{s}], got {list(t.shape)}")
+    if r > 0 and s < 1:
+        bad("temperature: no request states")
+    if draft_logits is not None:
+        if draft_logits.dim() != 3 or draft_logits.shape[0] < s or draft_logits.shape[1] != k:
+            bad(f"draft_logits: expected [{s}, {k}, Vd], got {list(draft_logits.shape)}")
+        if draft_logits.shape[2] < 1:
+            bad("draft_logits: draft vocab size must be >= 1")
+    if num_logprobs is not None and not 0 <= int(num_logprobs) <= v:
+        bad(f"num_logprobs: expected None or an int in [0, {v}], got {num_logprobs!r}")
+    if logprobs_mode not in ("raw", "processed"):
+        bad(f"logprobs_mode: unknown mode {logprobs_mode!r}")
+    if verification not in ("token", "block"):
+        bad(f"verification: unknown method {verification!r}")
