@@ -1,9 +1,9 @@
 """Triton kernels of the production rejection sampler (SPEC sections 2-6).
 
 One code path for CUDA and the interpreter: plain `tl` only (no libdevice).
-Every program works on `BLOCK_R` target rows or requests (a constexpr: 1 compiled,
-more through the interpreter, which pays per `tl` operation and per program, not per
-element) as `[BLOCK_R, BLOCK_V]` tiles, and reduces each row over the vocabulary in
+Every program but `verify_kernel`'s (one request) works on `BLOCK_R` target rows or
+requests (a constexpr: 1 compiled, more through the interpreter, which pays per `tl`
+operation and per program, not per element) as `[BLOCK_R, BLOCK_V]` tiles, and reduces each row over the vocabulary in
 blocks of the constexpr `BLOCK_V` with a fixed lane layout, so a row's result never
 depends on the batch, the chunk, the other rows of its tile or `BLOCK_R` itself.
 Per-row branches are masks: a tile runs a pass when any of its rows needs it, and a

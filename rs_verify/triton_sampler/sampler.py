@@ -22,7 +22,7 @@ Kernel pipeline, per call (`rejection_sample`):
    a''. Only for a block batch (SPEC 4b): `block_tau_kernel`, one program per
       `block_rows` requests: tau, log P_{tau-1} and the accepted drafts of each stochastic
       request (block.py; model drafts take one more pass per step for Z).
-   b. `verify_kernel`, one program per `block_rows` requests: the acceptance tests of
+   b. `verify_kernel`, one program per request: the acceptance tests of
       SPEC section 4 for all steps at once (they are independent; vectors of
       16 steps), first rejection `t` = the lowest failing step (greedy:
       `d == argmax`; one-hot: `log p(d) > log u`; model drafts:
@@ -49,7 +49,8 @@ Every program reduces each of its rows (or requests) with a lane layout fixed by
 `BLOCK_V` alone, so results never depend on the batch size, the chunking,
 the request order, the other requests or `block_rows` (`BLOCK_R`: 1 on CUDA, 16 rows
 or requests per program through the interpreter, where a program's cost is its `tl`
-operations, not its lanes). Kernels are specialized on `BLOCK_V`,
+operations, not its lanes; `verify_kernel` keeps one request per program: its tiled
+form spilled registers at sm_80). Kernels are specialized on `BLOCK_V`,
 `HAS_DRAFT`, the logits dtype and, by Triton's default, on the vocabulary sizes
 `V` / `Vd` (equal to 1, divisible by 16) and `PROCESSED`; offsets, counts and the
 flags `MASKED` / `BLOCK` are `do_not_specialize` (a batch with parameters or block
@@ -83,7 +84,7 @@ NUM_WARPS = 4
 # lanes fix the order of the top-p mass sums: an interpreted and a compiled sampler may round them
 # apart (within SPEC 8's tolerance).
 MASK_BLOCK = 32
-# Rows per program of the row kernels (row_stats, mask_stats, log_softmax): one row per program
+# Rows (requests) per program of every kernel but verify_kernel: one per program
 # on CUDA (the grid is the parallelism; registers as for one row), several under the interpreter,
 # which pays per tl operation and per program, not per element. The radix-select lanes there:
 # [rows, lanes, 16] accumulators, lanes = INTERPRETED_MASK_ELEMS // rows (at most BLOCK_V).
@@ -103,7 +104,7 @@ def _interpreted() -> bool:
 
 
 def _check_block_rows(block_rows) -> int:
-    """Rows per program of the row kernels: as given, else 1 compiled and INTERPRETED_BLOCK_ROWS
+    """Rows (or requests) per program of the tiled kernels: as given, else 1 compiled and INTERPRETED_BLOCK_ROWS
     interpreted."""
     if block_rows is None:
         return INTERPRETED_BLOCK_ROWS if _interpreted() else 1
@@ -148,8 +149,9 @@ def rejection_sample(
     Arguments follow `SpecBatch` (section 1) as torch tensors on one device;
     `target_logits` / `draft_logits` may be float32, bfloat16 or float16 and
     are read natively. `max_chunk_logits=None` means `max_chunk_logits(V)`. `block_v` is the
-    vocabulary block, `block_rows` the rows per program of the row kernels (None: 1 compiled,
-    INTERPRETED_BLOCK_ROWS interpreted); a row's results do not depend on the rows beside it.
+    vocabulary block, `block_rows` the rows (or requests) per program of every kernel but
+    `verify_kernel` (None: 1 compiled, INTERPRETED_BLOCK_ROWS interpreted); a row's results do
+    not depend on the rows beside it.
     `cu_num_logits_host` (NumPy or a list) saves the one device-to-host copy
     of `cu_num_logits` that the chunk planner needs. `info`, when given, is
     filled with `max_buffer_rows` and `num_chunks`. `top_k` (int32 [S]), `top_p` and `min_p`
@@ -317,7 +319,7 @@ class TritonSampler:
 
     - cap_bytes: bytes of FP32 processed logits one chunk may hold (`max_chunk_logits(V, cap_bytes)`).
     - block_v: vocabulary block of the kernels (a power of two >= 16; default 1024).
-    - block_rows: rows per program of the row kernels (a power of two; default 1 on CUDA,
+    - block_rows: rows (or requests) per program of the tiled kernels (a power of two; default 1 on CUDA,
       INTERPRETED_BLOCK_ROWS through the interpreter).
     - validate: run `rs_verify.spec.validation.validate` before any device work.
     - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
