@@ -559,7 +559,7 @@ MUTANTS: list[Mutant] = [
         "Z_{i+1} summed as max(p - q, 0) over the next row (P_i left out of the residual mass) with model drafts.",
         TRITON,
         {"block.py": [("tl.load(d_logsum_ptr + j1), l_p, thr1, cut1,",
-                       "tl.load(d_logsum_ptr + j1), 0.0, thr1, cut1,  # MUTANT: P_i = 1 in Z")]},
+                       "tl.load(d_logsum_ptr + j1), tl.full(t_div.shape, 0.0, tl.float32), thr1, cut1,  # MUTANT: P_i = 1 in Z")]},
         killers=("certified_equivalence",),
     ),
     Mutant(
