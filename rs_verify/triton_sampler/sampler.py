@@ -103,22 +103,23 @@ def _interpreted() -> bool:
     return type(kernels.verify_kernel).__name__ == "InterpretedFunction"
 
 
+def _power_of_two(name: str, value, least: int) -> int:
+    value = int(value)
+    if value < least or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two >= {least}, got {value}")
+    return value
+
+
 def _check_block_rows(block_rows) -> int:
-    """Rows (or requests) per program of the tiled kernels: as given, else 1 compiled and INTERPRETED_BLOCK_ROWS
-    interpreted."""
+    """Rows (or requests) per program of the tiled kernels: as given, else 1 compiled and
+    INTERPRETED_BLOCK_ROWS interpreted."""
     if block_rows is None:
         return INTERPRETED_BLOCK_ROWS if _interpreted() else 1
-    block_rows = int(block_rows)
-    if block_rows < 1 or block_rows & (block_rows - 1):
-        raise ValueError(f"block_rows must be a power of two >= 1, got {block_rows}")
-    return block_rows
+    return _power_of_two("block_rows", block_rows, 1)
 
 
 def _check_block_v(block_v) -> int:
-    block_v = DEFAULT_BLOCK_V if block_v is None else int(block_v)
-    if block_v < 16 or block_v & (block_v - 1):
-        raise ValueError(f"block_v must be a power of two >= 16, got {block_v}")
-    return block_v
+    return _power_of_two("block_v", DEFAULT_BLOCK_V if block_v is None else block_v, 16)
 
 
 def rejection_sample(

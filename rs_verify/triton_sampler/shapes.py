@@ -2,7 +2,7 @@
 
 
 def check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
-                  temperature, seeds, k, num_logprobs, logprobs_mode, params=(), verification="token"):
+                 temperature, seeds, k, num_logprobs, logprobs_mode, params=(), verification="token"):
     """Shape checks that memory safety needs even without validation (no data is read)."""
     def bad(what):
         raise ValueError(what)
