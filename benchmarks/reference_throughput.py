@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from rs_verify.reference import ReferenceSampler  # noqa: E402
-from rs_verify.spec.batch import SpecBatch  # noqa: E402
+from rs_verify.contract.batch import SpecBatch  # noqa: E402
 
 V, K = 256, 4
 TARGET = 100_000  # rows/s

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.block import BlockResult, first_padded, prefix_ratios, thresholds
-from rs_verify.spec.scratch import Scratch
+from rs_verify.contract.block import BlockResult, first_padded, prefix_ratios, thresholds
+from rs_verify.contract.scratch import Scratch
 
 from .logits import softmax_parts
 from .streams import row_uniforms

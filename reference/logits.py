@@ -1,7 +1,7 @@
 """Processed logits and probabilities (SPEC section 2), in the reference's float64.
 
 `z = fp32(x) / T` with IEEE float32 division (skipped for `T` in {0, 1}), then the
-sampling-parameter masks (`rs_verify.spec.masks`) on rows of stochastic states with a
+sampling-parameter masks (`rs_verify.contract.masks`) on rows of stochastic states with a
 parameter on; `p` and `q` are float64 softmaxes of the float32 `z` over `[0, V')` (`q` is
 never masked).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.batch import SpecBatch
-from rs_verify.spec.masks import batch_masks
+from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.masks import batch_masks
 
 __all__ = ["draft_probs", "log_softmax64", "processed_logits", "target_probs"]
 

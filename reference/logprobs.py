@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.batch import LogprobsTensors
+from rs_verify.contract.batch import LogprobsTensors
 
 from .logits import divide, log_softmax64
 

@@ -1,6 +1,6 @@
 """The sampling-parameter masks of SPEC section 2 in a slab, and their near-tie decisions (section 8).
 
-The masks are those of `rs_verify.spec.masks` (the one implementation of section 2), applied to
+The masks are those of `rs_verify.contract.masks` (the one implementation of section 2), applied to
 the slab's processed logits `z` (float32) of rows of stochastic states with a parameter on: a
 masked token's logit becomes `-inf` before any acceptance test, residual, resample, bonus or
 processed logprob reads the row. Rows without parameters are not touched (and cost nothing).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.masks import MASK_PARAMS, RowParams, apply_masks, row_params
+from rs_verify.contract.masks import MASK_PARAMS, RowParams, apply_masks, row_params
 
 from .trace import Decision
 

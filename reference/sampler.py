@@ -1,7 +1,7 @@
 """The float64 reference sampler: the oracle of the suite (SPEC sections 2-6 and 8).
 
 Every decision is taken in float64 from the exact float32 uniforms of the SPEC
-random streams (`rs_verify.spec.philox`) and can be reported with its margin
+random streams (`rs_verify.contract.philox`) and can be reported with its margin
 (`verify_with_trace`). A batch is verified in slabs of whole requests
 (`reference.slab`), so memory stays bounded.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
-from rs_verify.spec.chunking import empty_output, iter_request_chunks, verify_chunked
-from rs_verify.spec.masks import state_params
-from rs_verify.spec.validation import check_structure, validate as validate_batch
+from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
+from rs_verify.contract.masks import state_params
+from rs_verify.contract.validation import check_structure, validate as validate_batch
 
 from .masks import check_flips
 from .slab import Slab, verify_slab

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.scratch import Scratch
+from rs_verify.contract.scratch import Scratch
 
 from .block import block_decisions, verify_block
 from .logits import divide, row_layout, softmax_parts

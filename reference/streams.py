@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec import philox
-from rs_verify.spec.batch import SpecBatch
-from rs_verify.spec.scratch import Scratch
+from rs_verify.contract import philox
+from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.scratch import Scratch
 
 __all__ = ["acceptance_uniforms", "gumbel_noise"]
 

@@ -16,7 +16,7 @@ for resamples and bonus tokens; non-finite terms are left out: they belong to
 tokens with probability 0, which are never near a tie). Since the production
 token of an argmax is not known here, an argmax decision reports `L` for every
 candidate (`scales`). A block decision's `L` is `max(1, |log u_i|, |log P_i|,
-|log h_i|)`; a mask decision's is that of `rs_verify.spec.masks`.
+|log h_i|)`; a mask decision's is that of `rs_verify.contract.masks`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Decision:
       when it fell back. None for mask, accept and block decisions.
     - `scale`: `L` of the decision when the production agrees: accept: over the draft
       token; argmax: over the winner; residual: 1 (the mass is compared with `eps` itself);
-      block: `max(1, |log u_i|, |log P_i|, |log h_i|)`; mask: `rs_verify.spec.masks`'s.
+      block: `max(1, |log u_i|, |log P_i|, |log h_i|)`; mask: `rs_verify.contract.masks`'s.
     - `scales`: argmax and residual: float64 `[V']`, `L` over the branch's best token and
       each candidate production token `x`. None for mask, accept and block decisions.
     - `what`: mask: the parameter, `"min_p"`, `"top_k"` or `"top_p"`; `""` otherwise.

@@ -5,8 +5,8 @@ chunk planner. The Triton sampler is imported lazily (`rs_verify.TritonSampler`)
 so that importing the contract never imports torch or triton.
 """
 
-from .spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
-from .spec.chunking import (
+from .contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from .contract.chunking import (
     DEFAULT_CAP_BYTES,
     iter_request_chunks,
     max_chunk_logits,
@@ -14,7 +14,7 @@ from .spec.chunking import (
     slice_batch,
     verify_chunked,
 )
-from .spec.validation import validate
+from .contract.validation import validate
 
 __all__ = [
     "DEFAULT_CAP_BYTES",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.batch import SAMPLING_PARAMS, SpecBatch
+from rs_verify.contract.batch import SAMPLING_PARAMS, SpecBatch
 
 PARAM_DTYPES = {"top_k": np.int32, "top_p": np.float32, "min_p": np.float32}
 ONE_UP = float(np.nextafter(np.float32(1.0), np.float32(2.0)))  # the float32 just above 1

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from rs_verify.spec.batch import DRAFT_MODES, LOGITS_DTYPES, LOGPROBS_MODES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
+from rs_verify.contract.batch import DRAFT_MODES, LOGITS_DTYPES, LOGPROBS_MODES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 
 from .drafts import lean_draft_ids, pattern_draft_rows
 from .events import label_decisions, label_structure

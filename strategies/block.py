@@ -17,7 +17,7 @@ tilts below are content draws too (each in `*_SHARE` of the block batches):
   uniform `u_i` (SPEC section 3 streams), `delta` log-uniform in `[2e-3 L, 0.25]`: decided by u,
   far above float error. A step is tuned through its draft's target logit (or, when `p(d)`
   cannot rise that far, its draft logit); the target `P_i` solves `Z(P) (1 - h) = h (1 - P)`
-  (bisection; `Z` and `P` as `rs_verify.spec.block`).
+  (bisection; `Z` and `P` as `rs_verify.contract.block`).
 - `den_zero`: one request's step `i >= 1` saturated (target and draft on one token, so
   `Z_i = 0`) after drafts of largest `p / q` (`P_{i-1} = 1`): `Z + 1 - P = 0`, `h_{i-1} = 1`;
   mostly a draft elsewhere, so `tau = i` and the residual is empty. One-hot drafts: the target

@@ -1,6 +1,6 @@
 """Labels of block verification (SPEC section 4b): what the decisions of a block batch exercise.
 
-Read off the batch's facts (`strategies.facts`: `rs_verify.spec.block`'s prefix ratios,
+Read off the batch's facts (`strategies.facts`: `rs_verify.contract.block`'s prefix ratios,
 thresholds and `tau` with the SPEC uniforms), for the stochastic requests of a block batch
 (greedy requests verify token by token). Re-exported by `strategies.events`.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec import block as spec_block
+from rs_verify.contract import block as spec_block
 
 from .facts import Facts
 

@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import event
 from hypothesis import strategies as st
 
-from rs_verify.spec.batch import SpecBatch
-from rs_verify.spec.chunking import iter_request_chunks
+from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.chunking import iter_request_chunks
 
 MAX_SPAN_REQS = 64  # beyond this many requests, only prefixes and single requests give candidates
 

@@ -2,8 +2,8 @@
 
 `Contents` holds the mutable arrays (target and draft logits, draft ids, per-state sampling
 parameters) with the layout, so that the tilts of `strategies.params` and `strategies.block`
-can read a request's masked target probabilities (SPEC section 2, `rs_verify.spec.masks`), its
-draft probabilities and its block quantities (section 4b, `rs_verify.spec.block`) and change a
+can read a request's masked target probabilities (SPEC section 2, `rs_verify.contract.masks`), its
+draft probabilities and its block quantities (section 4b, `rs_verify.contract.block`) and change a
 logit, kept representable in the batch's dtype and within its magnitude bound.
 
 Imports only NumPy and the contract.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from rs_verify.spec import block as spec_block
-from rs_verify.spec import probs
+from rs_verify.contract import block as spec_block
+from rs_verify.contract import probs
 
-from rs_verify.spec.masks import MaskResult
+from rs_verify.contract.masks import MaskResult
 
 from .facts import masked_probs, masked_rows, uniforms
 from .logits import round_to_dtype

@@ -48,7 +48,7 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from rs_verify.spec.batch import LOGITS_DTYPES, SpecBatch
+from rs_verify.contract.batch import LOGITS_DTYPES, SpecBatch
 
 from . import edges
 from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec import philox, probs
+from rs_verify.contract import philox, probs
 
 from .logits import logits_rows, mask_rows, round_to_dtype, softmax_head
 

@@ -6,7 +6,7 @@ tests of SPEC section 4 in float64 with the SPEC uniforms, only to label the dra
 (which tests are evaluated, their acceptance probability, whether a rejection's
 residual is empty); no property relies on it. Block batches (SPEC section 4b) and
 sampling parameters (section 2) are labelled from the contract's own formulas
-(`rs_verify.spec.block`, `rs_verify.spec.masks`) in `strategies.block_events` and
+(`rs_verify.contract.block`, `rs_verify.contract.masks`) in `strategies.block_events` and
 `strategies.param_events`, whose knobs this module re-exports:
 
 - `DECISION_KNOBS`: token-wise acceptance decisions (stochastic requests of token batches);
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import event
 
-from rs_verify.spec.batch import SpecBatch
+from rs_verify.contract.batch import SpecBatch
 
 from .block_events import (BLOCK_EXTRA_KNOBS, BLOCK_KNOBS, block_decisions, block_k_knob, block_knobs_of,
                            block_near_ties)

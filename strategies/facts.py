@@ -1,9 +1,9 @@
 """What a batch decides, in float64, from the contract's own formulas: the facts the labels read.
 
 `batch_facts(batch)` computes once per drawn batch the processed logits, the sampling-parameter
-masks (`rs_verify.spec.masks`), the target probabilities with and without them, the draft
+masks (`rs_verify.contract.masks`), the target probabilities with and without them, the draft
 probabilities, the acceptance uniforms of SPEC section 3 and, for a block batch, the quantities
-of section 4b (`rs_verify.spec.block`) and `tau` of every request. Only the labels
+of section 4b (`rs_verify.contract.block`) and `tau` of every request. Only the labels
 (`strategies.events`) and the strategies' own tuning read them; no property relies on them.
 
 Imports only NumPy and the contract.
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rs_verify.spec import block as spec_block
-from rs_verify.spec import philox, probs
-from rs_verify.spec.batch import SpecBatch
-from rs_verify.spec.masks import MaskResult, RowParams, apply_masks, batch_masks
+from rs_verify.contract import block as spec_block
+from rs_verify.contract import philox, probs
+from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.masks import MaskResult, RowParams, apply_masks, batch_masks
 
 
 @dataclass(frozen=True)

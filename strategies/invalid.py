@@ -18,7 +18,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from rs_verify.spec.batch import ARRAY_FIELDS, SAMPLING_PARAMS, SpecBatch
+from rs_verify.contract.batch import ARRAY_FIELDS, SAMPLING_PARAMS, SpecBatch
 
 from .bad_params import PARAM_CLASS_NEEDS, param_defects
 from .batches import spec_batches

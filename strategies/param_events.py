@@ -1,6 +1,6 @@
 """Labels of the sampling parameters (SPEC section 2): what the masks of a batch exercise.
 
-Read off the batch's facts (`strategies.facts`: `rs_verify.spec.masks`' kept tokens and margins).
+Read off the batch's facts (`strategies.facts`: `rs_verify.contract.masks`' kept tokens and margins).
 A decision that the walk of SPEC sections 4 and 4b evaluates is one the sampler makes: a draft
 step is "verified" when token-wise verification reaches it (`reached` below) or when it lies
 before the block's first padded draft. Re-exported by `strategies.events`.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.spec.batch import SAMPLING_PARAMS
+from rs_verify.contract.batch import SAMPLING_PARAMS
 
 from .facts import Facts, gumbel_noise
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from rs_verify.spec.batch import SAMPLING_PARAMS
+from rs_verify.contract.batch import SAMPLING_PARAMS
 
 from .contents import OFF, ZERO_GAP, Contents
 from .drafts import close_draft_rows, gumbel_max_drafts, log_softmax_processed

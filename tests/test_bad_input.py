@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 
 from conftest import budget
 from rs_verify.engine.runner import pytest_run
-from rs_verify.spec.validation import validate
+from rs_verify.contract.validation import validate
 from rs_verify.strategies import invalid_batches
 from rs_verify.strategies.bad_params import BAD_VALUES
 

@@ -12,7 +12,7 @@ from rs_verify.engine.runner import hypothesis_test, make_context, skip_reason
 from rs_verify.properties import PROPERTIES, PropertyFailure
 from rs_verify.properties.certification import DEFAULT_EPS, certify, compare_decisions, compare_logprobs
 from rs_verify.properties.inputs import certifiable_batches
-from rs_verify.spec.batch import SamplerOutput, SpecBatch
+from rs_verify.contract.batch import SamplerOutput, SpecBatch
 
 NEG = -np.inf
 FILLER = -1e4

@@ -206,7 +206,7 @@ def test_an_isolated_sampler_is_seen_exactly_as_in_process(tmp_path, monkeypatch
         there = record_of(child)
     finally:
         child.close()
-    assert there == here.replace(spec="declaring:Declaring") and there.block_v == 32 and there.has_unvalidated
+    assert there == here.replace(loaded_as="declaring:Declaring") and there.block_v == 32 and there.has_unvalidated
     assert make_context(child, profile="ci").batch_kwargs == make_context(load_sampler("declaring:Declaring"),
                                                                           profile="ci").batch_kwargs
 

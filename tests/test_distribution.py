@@ -13,7 +13,7 @@ from rs_verify.properties import PropertyFailure
 from rs_verify.properties import distribution as dist
 from rs_verify.properties import distribution_sequences as seqs
 from rs_verify.properties.distribution_fit import bins, binomial_fit, chisquare_fit
-from rs_verify.spec.probs import target_probs
+from rs_verify.contract.probs import target_probs
 
 CAMPAIGN_PROPERTIES = [*dist.CAMPAIGNS, "closed_forms", *dist.SEQUENCE_PROPERTIES]
 

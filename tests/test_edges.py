@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rs_verify.spec import philox
+from rs_verify.contract import philox
 from rs_verify.properties import edges
 from conftest import budget
 from rs_verify.engine.runner import pytest_run

@@ -9,7 +9,7 @@ from rs_verify.engine.runner import make_context, pytest_run, run
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties.invariants import check_output_invariants
 from rs_verify.properties.registry import PropertyFailure
-from rs_verify.spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 
 
 @pytest.mark.parametrize("prop", ["output_invariants", "greedy_chain"])

@@ -84,15 +84,15 @@ def _all_imports(module: str) -> set[str]:
 # Each layer and what it may import. `rs_verify` itself (the package `__init__`: the contract's
 # re-exports) is allowed by exact name only; everything else by prefix.
 WALLS = [
-    ("rs_verify.spec", ("rs_verify.spec",)),
-    ("rs_verify.reference", ("rs_verify.reference", "rs_verify.spec", "rs_verify")),
-    ("rs_verify.strategies", ("rs_verify.strategies", "rs_verify.spec", "rs_verify")),
-    ("rs_verify.harness", ("rs_verify.harness", "rs_verify.spec", "rs_verify")),
+    ("rs_verify.contract", ("rs_verify.contract",)),
+    ("rs_verify.reference", ("rs_verify.reference", "rs_verify.contract", "rs_verify")),
+    ("rs_verify.strategies", ("rs_verify.strategies", "rs_verify.contract", "rs_verify")),
+    ("rs_verify.harness", ("rs_verify.harness", "rs_verify.contract", "rs_verify")),
     # Properties import only the contract, the harness and the strategies (never the engine that runs
     # them, never a concrete sampler).
-    ("rs_verify.properties", ("rs_verify.properties", "rs_verify.spec", "rs_verify.harness", "rs_verify.strategies",
+    ("rs_verify.properties", ("rs_verify.properties", "rs_verify.contract", "rs_verify.harness", "rs_verify.strategies",
                               "rs_verify")),
-    ("rs_verify.triton_sampler", ("rs_verify.triton_sampler", "rs_verify.spec", "rs_verify.harness.device",
+    ("rs_verify.triton_sampler", ("rs_verify.triton_sampler", "rs_verify.contract", "rs_verify.harness.device",
                                   "rs_verify")),
 ]
 
@@ -167,7 +167,7 @@ def test_only_the_record_reads_a_samplers_declarations():
 
     from rs_verify.harness.record import SamplerRecord
 
-    declared = {f.name for f in fields(SamplerRecord)} - {"name", "spec", "interpreted_why", "has_unvalidated"}
+    declared = {f.name for f in fields(SamplerRecord)} - {"name", "loaded_as", "interpreted_why", "has_unvalidated"}
     offenders = []
     for name, path in MODULES.items():
         if not name.startswith("rs_verify.") or name == "rs_verify.harness.record" \

@@ -164,3 +164,41 @@ def test_interpreter_warnings_are_filtered(gate, isolate):
     result.assert_outcomes(passed=1)
     out = result.stdout.str() + result.stderr.str()
     assert "RuntimeWarning" not in out and "warnings summary" not in out, out
+
+
+NAMELESS_SAMPLER = '''
+from examples.torch_sampler import TorchSampler
+
+
+class Nameless:
+    """A sampler instance with no `name` (optional, SPEC 10): callable, but not a factory."""
+
+    streams = "spec"
+
+    def __init__(self):
+        self._inner = TorchSampler()
+
+    def __call__(self, batch, *, max_chunk_logits=None):
+        return self._inner(batch, max_chunk_logits=max_chunk_logits)
+
+
+SAMPLER = Nameless()
+'''
+
+
+def test_an_instance_without_a_name_is_gated(gate):
+    """`module:attribute` naming a callable instance without `name` is the sampler itself, not a
+    factory to call with no batch: it is gated (its record named after its class)."""
+    from rs_verify.harness.samplers import is_factory
+
+    assert is_factory(type) and is_factory(lambda: None) and not is_factory(NamelessProbe())
+    gate.makepyfile(nameless=NAMELESS_SAMPLER)
+    result = gate.runpytest_subprocess("-p", "rs_verify", "--rs-sampler=nameless:SAMPLER", "--rs-device", "cpu",
+                                       "--rs-profile", "ci", "-k", "determinism and not large or greedy_chain",
+                                       "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
+class NamelessProbe:
+    def __call__(self, batch):
+        return batch

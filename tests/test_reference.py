@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from rs_verify.reference import ReferenceSampler, draft_probs, gumbel_noise, processed_logits, target_probs
-from rs_verify.spec import philox
-from rs_verify.spec.batch import SpecBatch
-from rs_verify.spec.chunking import select_requests
+from rs_verify.contract import philox
+from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.chunking import select_requests
 
 NEG = -np.inf
 

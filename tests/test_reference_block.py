@@ -11,9 +11,9 @@ from scipy import stats
 
 from test_reference import NEG, _naive, make_batch, one_hot_rows, random_batch
 from rs_verify.reference import ReferenceSampler, acceptance_uniforms, gumbel_noise
-from rs_verify.spec import philox, probs
-from rs_verify.spec.block import block_quantities, tau_law, thresholds
-from rs_verify.spec.chunking import select_requests
+from rs_verify.contract import philox, probs
+from rs_verify.contract.block import block_quantities, tau_law, thresholds
+from rs_verify.contract.chunking import select_requests
 
 SAMPLER = ReferenceSampler()
 

@@ -12,8 +12,8 @@ import pytest
 
 from test_reference import NEG, make_batch, random_batch
 from rs_verify.reference import MASK_NEAR, ReferenceSampler, processed_logits
-from rs_verify.spec.masks import apply_masks, batch_masks, row_params
-from rs_verify.spec.probs import process
+from rs_verify.contract.masks import apply_masks, batch_masks, row_params
+from rs_verify.contract.probs import process
 
 SAMPLER = ReferenceSampler()
 LOG = np.log

@@ -1,4 +1,4 @@
-"""SPEC section 3: the NumPy Philox of `rs_verify.spec.philox` is Triton's `tl.randint` / `tl.rand`, bit for bit.
+"""SPEC section 3: the NumPy Philox of `rs_verify.contract.philox` is Triton's `tl.randint` / `tl.rand`, bit for bit.
 
 Runs the probe kernel of `rs_verify.harness.stream_probe` (compiled on a GPU, the
 interpreter on CPU). The values that broke ports before are always included:
@@ -45,7 +45,7 @@ def test_seed_grid_broadcasts():
 
 def test_mismatch_is_reported(monkeypatch):
     """The check is not vacuous: a port that sign-extends int32 seeds fails it, naming the pair."""
-    from rs_verify.spec import philox
+    from rs_verify.contract import philox
 
     def sign_extending(fn):
         def draw(seed, offsets):

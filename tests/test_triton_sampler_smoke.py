@@ -144,7 +144,7 @@ def test_bonus_only_requests(sampler):
 
 
 def test_bonus_draw_follows_spec_streams(sampler):
-    from rs_verify.spec.philox import TINY, rand, randint
+    from rs_verify.contract.philox import TINY, rand, randint
 
     v = 40
     rng = np.random.default_rng(3)
@@ -344,7 +344,7 @@ def test_processed_logprobs_do_not_mask_tokens_outside_the_draft_vocab(sampler):
 # -- SPEC section 4b: block verification -----------------------------------------------------------
 def find_pos(seed, want, start=1000):
     """The first pos p >= start with want(u at p, u at p + 1) (the uniforms of two consecutive rows)."""
-    from rs_verify.spec.philox import TINY, rand
+    from rs_verify.contract.philox import TINY, rand
 
     p = np.arange(start, start + 4000)
     u = np.maximum(rand(seed, p), TINY)

@@ -55,9 +55,9 @@ import sys
 import numpy as np
 
 from ..harness import device as backend
-from ..spec.batch import SamplerOutput, SpecBatch
-from ..spec.chunking import empty_output
-from ..spec.validation import validate as validate_batch
+from ..contract.batch import SamplerOutput, SpecBatch
+from ..contract.chunking import empty_output
+from ..contract.validation import validate as validate_batch
 import torch
 
 VLLM_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"

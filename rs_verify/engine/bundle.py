@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALAR_FIELDS, SpecBatch
+from ..contract.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALAR_FIELDS, SpecBatch
 from .defaults import DEFAULT_BUNDLE_DIR as DEFAULT_DIR
 from .records import Failure
 from .versions import versions

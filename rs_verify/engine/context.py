@@ -48,4 +48,4 @@ def make_context(sampler, reference=None, *, profile: str | None = None, device:
 def describe(sampler) -> str:
     """How to load the sampler again: its spec when it was loaded by spec, else its name."""
     rec = as_sampler(sampler).record if not isinstance(sampler, SamplerUnderTest) else sampler.record
-    return rec.spec or rec.name
+    return rec.loaded_as or rec.name

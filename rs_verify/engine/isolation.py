@@ -91,7 +91,7 @@ def _child(conn, spec: str, sys_path: list[str], requested_device: str | None, u
         # The record is built where the sampler lives (its declarations, whether the suite runs its
         # Triton code through the interpreter here) and crosses as plain values: nothing else does.
         rec = record_of(sampler)
-        conn.send(("ok", rec.replace(spec=rec.spec or spec).to_dict()))
+        conn.send(("ok", rec.replace(loaded_as=rec.loaded_as or spec).to_dict()))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
         return

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec.batch import SpecBatch
+from ..contract.batch import SpecBatch
 
 # Failure kinds: the property does not hold; an exception escaped the sampler or the suite;
 # the sampler's process died (a signal); a call did not return within the time limit; a property

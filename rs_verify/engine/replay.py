@@ -17,7 +17,7 @@ import numpy as np
 
 from ..harness.context import Context
 from ..properties.registry import PROPERTIES, Property
-from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS, SpecBatch
+from ..contract.batch import ARRAY_FIELDS, SCALAR_FIELDS, SpecBatch
 from . import bundle as bundles
 from . import isolation
 from .baseline import open_baseline

@@ -25,8 +25,8 @@ from scipy import stats
 
 from ..properties import PROPERTIES
 from ..properties.distribution import campaign_power
-from ..spec.batch import SpecBatch
-from ..spec.chunking import iter_request_chunks
+from ..contract.batch import SpecBatch
+from ..contract.chunking import iter_request_chunks
 
 BAND = 0.99  # confidence of the per-token binomial bands drawn around the expected frequency
 MAX_TOKENS_PLOTTED = 64

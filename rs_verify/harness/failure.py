@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec.batch import SpecBatch
+from ..contract.batch import SpecBatch
 
 
 class PropertyFailure(AssertionError):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALARS, SpecBatch
+from ..contract.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALARS, SpecBatch
 from . import device
 from .handle import RemoteSampler, SamplerUnderTest
 

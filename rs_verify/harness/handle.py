@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..spec.batch import EXERCISED, SpecBatch
+from ..contract.batch import EXERCISED, SpecBatch
 from .record import SamplerRecord, record_of
 
 

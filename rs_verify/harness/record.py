@@ -21,7 +21,7 @@ import sys
 import types
 from dataclasses import asdict, dataclass, field, fields
 
-from ..spec.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS
+from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS
 from . import device
 
 STREAMS = ("spec", "own")
@@ -40,7 +40,7 @@ class SamplerRecord:
     """What the suite knows of one sampler (see the module docstring); checked when built."""
 
     name: str
-    spec: str | None = None  # how to load it again (`module:attribute` or a built-in name)
+    loaded_as: str | None = None  # how to load it again (`module:attribute` or a built-in name)
     streams: str = "own"
     supports_chunking: bool = False
     supports_logprobs: bool = True
@@ -187,10 +187,10 @@ def record_of(sampler) -> SamplerRecord:
     suite_interpreted = not declared_interpreted and device.interpreted() and runs_triton(sampler)
     why = DECLARED_INTERPRETED if declared_interpreted else SUITE_INTERPRETED if suite_interpreted else ""
     block_v = _declared(sampler, "block_v", None)
-    spec = getattr(sampler, "spec", None)
+    loaded_as = getattr(sampler, "loaded_as", None)
     return SamplerRecord(
         name=name,
-        spec=spec if isinstance(spec, str) else None,
+        loaded_as=loaded_as if isinstance(loaded_as, str) else None,
         streams=_declared(sampler, "streams", "own"),
         supports_chunking=bool(_declared(sampler, "supports_chunking", False)),
         supports_logprobs=bool(_declared(sampler, "supports_logprobs", True)),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import sys
 
@@ -25,6 +27,12 @@ def import_module(module_name: str):
         return importlib.import_module(module_name)
 
 
+def is_factory(obj) -> bool:
+    """A class or a routine (a function, a bound method, a builtin) makes samplers; anything else
+    callable (an instance with `__call__`, `name` declared or not: SPEC 10 makes it optional) is one."""
+    return isinstance(obj, type) or inspect.isroutine(obj) or isinstance(obj, functools.partial)
+
+
 def load_sampler(spec: str, **kwargs):
     """A sampler from a built-in name (`triton`, `reference`) or `module:attribute`.
 
@@ -45,15 +53,15 @@ def load_sampler(spec: str, **kwargs):
             obj = getattr(obj, part)
         except AttributeError as exc:
             raise ValueError(f"sampler {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
-    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "name")):
+    if is_factory(obj):
         obj = obj(**kwargs)
     elif kwargs:
         raise ValueError(f"sampler {spec!r} is an instance; options {sorted(kwargs)} cannot be applied")
     if not callable(obj):
         raise ValueError(f"sampler {spec!r} is not callable (SPEC section 10: __call__(batch, *, max_chunk_logits))")
-    if getattr(obj, "spec", None) is None:
+    if getattr(obj, "loaded_as", None) is None:
         try:  # how to load it again: used by reproducers and failure bundles
-            obj.spec = spec
+            obj.loaded_as = spec
         except (AttributeError, TypeError):
             pass
     return obj

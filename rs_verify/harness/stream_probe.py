@@ -1,7 +1,7 @@
 """A probe Triton kernel that draws `tl.rand` / `tl.randint` exactly as a sampler kernel would.
 
 Used by `rs_verify.properties.streams` to prove that the NumPy Philox in
-`rs_verify.spec.philox` reproduces Triton bit for bit (SPEC section 3), on the GPU or
+`rs_verify.contract.philox` reproduces Triton bit for bit (SPEC section 3), on the GPU or
 under the Triton interpreter on CPU. Seeds are loaded from memory inside the
 kernel, as a sampler does. An int64 seed tensor gives an int64 seed. An int32
 seed tensor stands for the resample seed `g = tl.randint(seed, pos)`: Triton's

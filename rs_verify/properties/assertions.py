@@ -9,7 +9,7 @@ from hypothesis.errors import InvalidArgument
 from ..harness import guards
 from ..harness.failure import PropertyFailure
 from ..harness.handle import as_sampler
-from ..spec.batch import SamplerOutput, SpecBatch
+from ..contract.batch import SamplerOutput, SpecBatch
 from .output_rules import check_output_invariants, checked_here
 
 

@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 
-from ..spec.batch import ARRAY_FIELDS, SCALAR_FIELDS
-from ..spec.validation import validate
+from ..contract.batch import ARRAY_FIELDS, SCALAR_FIELDS
+from ..contract.validation import validate
 from .assertions import event, observed
 from .registry import PropertyFailure, register
 from .inputs import invalid, invalid_of_every_class
@@ -16,7 +16,7 @@ from .inputs import invalid, invalid_of_every_class
 FIELDS = (*ARRAY_FIELDS, *SCALAR_FIELDS)
 # A field name as a word of its own: `logits` inside `target_logits` names nothing.
 _FIELD_WORD = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(FIELDS, key=len, reverse=True)) + r")(?![A-Za-z0-9_])")
-# The contract's own messages read `field: why` or `field[index]: why` (rs_verify.spec.validation).
+# The contract's own messages read `field: why` or `field[index]: why` (rs_verify.contract.validation).
 _CONTRACT = re.compile(r"^(\w+)(?:\[\(?([-0-9, ]+)\)?\])?:")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..harness import timing
-from ..spec.batch import SamplerOutput, SpecBatch
+from ..contract.batch import SamplerOutput, SpecBatch
 from . import certification
 from ..harness.record import record_of
 from .assertions import call, event
@@ -90,7 +90,7 @@ def output_differences(batch: SpecBatch, changed: SamplerOutput, base: SamplerOu
 
 def _name(sampler) -> str:
     rec = record_of(sampler)
-    return f"{rec.name} [{rec.spec}]" if rec.spec else rec.name
+    return f"{rec.name} [{rec.loaded_as}]" if rec.loaded_as else rec.name
 
 
 def _versions(ctx) -> str:
@@ -213,7 +213,7 @@ def benchmark_batches(profile: str, *, chunked: bool, shape: tuple | None = None
 def baseline_speed(ctx, _drawn) -> None:
     """On CUDA, the change is at most max_slowdown times slower than the baseline (medians, same batches)."""
     base = ctx.baseline
-    spec = ctx.record.spec
+    spec = ctx.record.loaded_as
     if not spec:
         raise PropertyFailure("the changed sampler cannot be timed: it was not loaded by spec (module:attribute)")
     rows, notes = timing.time_versions((spec, []), base.loader,

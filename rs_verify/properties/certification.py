@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import probs
-from ..spec.masks import batch_masks
+from ..contract import probs
+from ..contract.masks import batch_masks
 from .assertions import call, event
 from .decisions import (  # noqa: F401  (re-exported: the comparison's public names)
     DEFAULT_EPS,

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spec.batch import SamplerOutput
-from ..spec.chunking import select_requests
+from ..contract.batch import SamplerOutput
+from ..contract.chunking import select_requests
 
 DEFAULT_EPS = 2e-4
 # SPEC section 8: excused divergences may not exceed max(EXCUSE_FLOOR, EXCUSE_SHARE * stochastic decisions).

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spec import philox, probs
-from ..spec.batch import SpecBatch
-from ..spec.chunking import select_requests
+from ..contract import philox, probs
+from ..contract.batch import SpecBatch
+from ..contract.chunking import select_requests
 
 DRAFT_SALT = 2**30
 TRIALS = {"dev": 60_000, "ci": 200_000, "gpu": 400_000, "nightly": 2_000_000}  # trials per campaign and profile

@@ -15,7 +15,7 @@ i of the requests that reach it follows p_i", do not hold for blocks at all).
 - `block_closed_forms`: V = 5 (given rows, `CLOSED_ROWS`; one token masked in the target), K = 2,
   T = 1, 16 pairs of fixed drafts (`CLOSED_DRAFTS`: padded, partly accepted, saturating and masked
   drafts), one-hot and model: with the drafts fixed the thresholds `h_i` are too, so
-  `P(tau = t) = h_{t-1} prod_{t <= i < m} (1 - h_i)` exactly (`rs_verify.spec.block.tau_law`), and
+  `P(tau = t) = h_{t-1} prod_{t <= i < m} (1 - h_i)` exactly (`rs_verify.contract.block.tau_law`), and
   given `tau = t` the token there follows the residual of SPEC 4b (its noise is independent of the
   uniforms). Plus the one-sided test of SPEC 8's claim that block verification accepts at least as
   much: on one batch of drafts drawn from q, verified once token by token and once as blocks with
@@ -37,9 +37,9 @@ from dataclasses import replace
 import numpy as np
 from scipy import stats
 
-from ..spec import probs
-from ..spec.block import block_quantities, block_residual, tau_law
-from ..spec.chunking import select_requests
+from ..contract import probs
+from ..contract.block import block_quantities, block_residual, tau_law
+from ..contract.chunking import select_requests
 from .assertions import as_declared, call
 from .distribution_batches import TRIALS, Campaign, build_batch
 from .distribution_fit import ALPHA, POWER, Fit, binomial_power, chisquare_fit, chisquare_power

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import philox
-from ..spec.batch import SpecBatch
+from ..contract import philox
+from ..contract.batch import SpecBatch
 from .assertions import call
 from .registry import PropertyFailure, register
 from .certification import compare_decisions

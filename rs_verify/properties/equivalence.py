@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ..spec.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
+from ..contract.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
 from .assertions import as_declared, assert_same_output, assert_same_request, call, event
 from .inputs import batch_and_cap, decision_rich
 from .memory import large_batch

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import probs
+from ..contract import probs
 from .assertions import call, event
 from .output_rules import check_output_invariants, fail_request
 from .registry import register

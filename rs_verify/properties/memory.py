@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec.batch import SpecBatch
-from ..spec.chunking import iter_request_chunks
+from ..contract.batch import SpecBatch
+from ..contract.chunking import iter_request_chunks
 from .assertions import as_declared, call, call_with_report, event
 from .registry import PropertyFailure, register
 from .inputs import batch_and_cap

@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..harness.failure import PropertyFailure
-from ..spec import probs
-from ..spec.block import block_quantities
-from ..spec.masks import batch_masks
+from ..contract import probs
+from ..contract.block import block_quantities
+from ..contract.masks import batch_masks
 
 # Outputs of larger batches (the distribution campaigns' hundreds of thousands of requests) are
 # not checked at the call: the check is a Python loop over requests and float64 probabilities of

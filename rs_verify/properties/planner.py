@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ..spec.chunking import iter_request_chunks
+from ..contract.chunking import iter_request_chunks
 from .registry import PropertyFailure, register
 
 

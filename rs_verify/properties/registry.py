@@ -72,7 +72,7 @@ COST_ORDER = (
 # Why each property stays in the library even where it kills no planted bug on its own
 # (the kill matrix's "mutants only it kills" column is empty for it).
 WHY_KEPT = {
-    "planner": "Checks the chunk planner itself (rs_verify.spec.chunking), which no sampler mutant patches: it "
+    "planner": "Checks the chunk planner itself (rs_verify.contract.chunking), which no sampler mutant patches: it "
                "guards the contract that chunked samplers and the reference share (no split, cap, maximal, minimal).",
     "rejects_bad_input": "Validation is shared code outside the mutated packages; the property gates third-party "
                          "samplers that validate on their own (or not at all).",

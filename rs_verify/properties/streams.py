@@ -1,6 +1,6 @@
 """The random streams are Triton's, bit for bit (SPEC section 3).
 
-`check_philox_matches_triton` compares the NumPy Philox of `rs_verify.spec.philox`
+`check_philox_matches_triton` compares the NumPy Philox of `rs_verify.contract.philox`
 with `tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.harness.stream_probe`
 (the compiled kernel on a GPU, the interpreter on CPU). It needs triton (and
 torch) at call time only.
@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ..harness import stream_probe
-from ..spec import philox
+from ..contract import philox
 from .registry import PropertyFailure, register
 
 __all__ = ["check_philox_matches_triton", "EDGE_SEEDS", "EDGE_OFFSETS"]

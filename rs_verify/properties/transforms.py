@@ -7,8 +7,8 @@ import contextlib
 import numpy as np
 
 from ..harness.failure import PropertyFailure
-from ..spec.batch import STATE_FIELDS, SpecBatch
-from ..spec.chunking import select_requests
+from ..contract.batch import STATE_FIELDS, SpecBatch
+from ..contract.chunking import select_requests
 
 
 def merge_unrelated(batch: SpecBatch, rng: np.random.Generator) -> tuple[SpecBatch, list[int]]:

@@ -54,8 +54,6 @@ from triton.compiler import ASTSource, make_backend
 from triton.language import standard
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
-import rs_verify
-
 from . import kernels
 from .launches import DRAFT_MODES, KERNELS, VOCAB_CLASSES, Launch, launches
 from .sampler import TORCH_DTYPES
@@ -239,7 +237,7 @@ def _compile_here(archs, widths, on_result, grid, kernels=KERNELS, kernels_file=
 def _compile_in_child(archs, widths, on_result, grid, kernels=KERNELS, kernels_file=None):
     """Run `main` in a child process with the interpreter off; one JSON line per result."""
 
-    root = str(Path(rs_verify.__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds the rs_verify package
     env = dict(os.environ, TRITON_INTERPRET="0",
                PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     argv = [sys.executable, "-m", "rs_verify.triton_sampler.aot", "--arch", *map(str, archs), "--width", *widths,

@@ -70,9 +70,9 @@ import numpy as np
 import torch
 import triton
 
-from ..spec.batch import LogprobsTensors, SamplerOutput, SpecBatch
-from ..spec.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
-from ..spec.validation import check_structure, validate as validate_batch
+from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from ..contract.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
+from ..contract.validation import check_structure, validate as validate_batch
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
 from .shapes import check_shapes
@@ -322,7 +322,7 @@ class TritonSampler:
     - block_v: vocabulary block of the kernels (a power of two >= 16; default 1024).
     - block_rows: rows (or requests) per program of the tiled kernels (a power of two; default 1 on CUDA,
       INTERPRETED_BLOCK_ROWS through the interpreter).
-    - validate: run `rs_verify.spec.validation.validate` before any device work.
+    - validate: run `rs_verify.contract.validation.validate` before any device work.
     - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
 
     Reports `extras["max_buffer_rows"]` (rows of the FP32 processed-logits buffer

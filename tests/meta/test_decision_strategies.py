@@ -23,9 +23,9 @@ from scipy import stats
 
 from rs_verify.engine import profiles
 from rs_verify.properties import PROPERTIES, Context
-from rs_verify.spec import philox
-from rs_verify.spec.batch import SpecBatch
-from rs_verify.spec.validation import validate
+from rs_verify.contract import philox
+from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.validation import validate
 from rs_verify.strategies import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, acceptance_tests, block_knobs,
                                   decision_batches, decision_knobs, near_ties, stochastic_decisions)
 from rs_verify.strategies.drafts import gumbel_max_drafts, salted_positions

@@ -141,7 +141,7 @@ def test_every_mutant_is_a_sampler_spec():
     from rs_verify.harness.samplers import load_sampler
 
     s = load_sampler("mutants.samplers:planner_drops_last_chunk")
-    assert callable(s) and s.spec == "mutants.samplers:planner_drops_last_chunk"
+    assert callable(s) and s.loaded_as == "mutants.samplers:planner_drops_last_chunk"
     with pytest.raises(ValueError, match="no attribute"):
         load_sampler("mutants.samplers:no_such_mutant")
 

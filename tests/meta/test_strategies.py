@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
-from rs_verify.spec.chunking import iter_request_chunks
-from rs_verify.spec.validation import validate
+from rs_verify.contract.chunking import iter_request_chunks
+from rs_verify.contract.validation import validate
 from rs_verify.strategies import (
     DTYPE_MAX,
     EXPECTED_FIELD,
