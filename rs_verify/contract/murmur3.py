@@ -1,0 +1,93 @@
+"""MurmurHash3_x86_32 in NumPy, and the resampling noise of the `murmur3` family (SPEC 3b).
+
+The noise of row `j` for token `x` hashes the 16-byte key made of the little-endian uint32
+words `(seed_lo, seed_hi, pos_lo, x)` with hash seed 0: the standard MurmurHash3_x86_32, so
+any independent implementation of it is a known-answer oracle (the tests use the `mmh3`
+package). Written by hand because the family hashes whole `[rows, vocab]` grids: a library
+that hashes one byte string per call would take minutes where these ufuncs take
+milliseconds.
+
+All arithmetic is on uint32 arrays, where NumPy's multiply and add wrap modulo `2**32`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["hash_words", "key_words", "uniform_from_hash", "noise_from_uniform", "U_FLOOR_LOG"]
+
+C1 = np.uint32(0xCC9E2D51)
+C2 = np.uint32(0x1B873593)
+N_ADD = np.uint32(0xE6546B64)
+F1 = np.uint32(0x85EBCA6B)
+F2 = np.uint32(0xC2B2AE35)
+KEY_BYTES = np.uint32(16)
+
+#: `log(2**-24)`: `max(1 - u, 2**-24)` floors the exponential's argument (SPEC 3b), so `u = 1.0`
+#: (the 128 largest hashes) gets the finite noise `-log(24 log 2)`.
+U_FLOOR_LOG = -24.0 * np.log(2.0)
+
+_HI = np.float32(2.0**-16)
+_LO = np.float32(2.0**-32)
+_HALF = np.float32(0.5)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def hash_words(*words: np.ndarray) -> np.ndarray:
+    """MurmurHash3_x86_32 (hash seed 0) of the key made of the given uint32 words, elementwise
+    over their broadcast shape: the key of element `i` is `words[0][i], words[1][i], ...`."""
+    words = [np.asarray(w, dtype=np.uint32) for w in words]
+    h = np.zeros(np.broadcast_shapes(*(w.shape for w in words)), np.uint32)
+    with np.errstate(over="ignore"):
+        for w in words:
+            k = w * C1
+            k = _rotl(k, 15)
+            k *= C2
+            h ^= k
+            h = _rotl(h, 13)
+            h = h * np.uint32(5) + N_ADD
+        h ^= np.uint32(4 * len(words))
+        h ^= h >> np.uint32(16)
+        h *= F1
+        h ^= h >> np.uint32(13)
+        h *= F2
+        h ^= h >> np.uint32(16)
+    return h
+
+
+def key_words(seeds, pos, tokens) -> tuple[np.ndarray, ...]:
+    """The four uint32 words `(seed_lo, seed_hi, pos_lo, x)` of SPEC 3b, broadcast: int64 seeds
+    and positions (two's complement; only the position's low word is hashed), int tokens."""
+    s = np.asarray(seeds, dtype=np.int64).view(np.uint64)
+    p = np.asarray(pos, dtype=np.int64).view(np.uint64)
+    lo32 = np.uint64(0xFFFFFFFF)
+    seed_lo = (s & lo32).astype(np.uint32)
+    seed_hi = (s >> np.uint64(32)).astype(np.uint32)
+    pos_lo = (p & lo32).astype(np.uint32)
+    x = np.asarray(tokens, dtype=np.int64).astype(np.uint32)
+    return seed_lo, seed_hi, pos_lo, x
+
+
+def uniform_from_hash(h: np.ndarray) -> np.ndarray:
+    """`u = fp32(h >> 16) * 2**-16 + (fp32(h & 0xFFFF) + 0.5) * 2**-32` in float32: both
+    products are exact, the sum is rounded to nearest; `u` lies in `[2**-33, 1]`."""
+    h = np.asarray(h, dtype=np.uint32)
+    hi = (h >> np.uint32(16)).astype(np.float32) * _HI
+    lo = ((h & np.uint32(0xFFFF)).astype(np.float32) + _HALF) * _LO
+    return np.add(hi, lo, dtype=np.float32)
+
+
+def noise_from_uniform(u: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """`G = -log(-log(max(1 - u, 2**-24)))` in float64, `log(1 - u)` by `log1p(-u)` (exact for
+    small `u`); `u = 1.0` gives `-log(24 log 2)`."""
+    u = np.asarray(u, dtype=np.float64)
+    with np.errstate(divide="ignore"):  # u = 1.0: log1p(-1) = -inf, floored just below
+        log_e = np.log1p(np.negative(u), out=out)
+    # For float32 u < 1, 1 - u >= 2**-24, so the floor changes u = 1.0 alone.
+    np.maximum(log_e, U_FLOOR_LOG, out=log_e)
+    np.negative(log_e, out=log_e)  # E = -log(max(1 - u, 2**-24)) > 0
+    np.log(log_e, out=log_e)
+    return np.negative(log_e, out=log_e)
