@@ -77,4 +77,4 @@ def test_noise_is_finite_at_both_ends():
     assert g[-2] == g[-1]  # 1 - u = 2**-24 exactly: the floor and the value agree
     # Accurate for small u: -log(-log1p(-u)) ~ -log(u), not the float32 rounding of 1 - u.
     assert abs(g[0] - (-np.log(2.0**-33))) < 1e-9
-    assert np.all(np.diff(g[:-1]) > 0)  # increasing in u below the floor
+    assert np.all(np.diff(g[:-1]) < 0)  # decreasing in u (the noise of 1 - u) above the floor
