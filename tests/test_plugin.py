@@ -59,7 +59,7 @@ def test_one_item_per_property_in_registry_order(gate):
 
 @pytest.mark.long  # long run: tests/test_examples.py runs the example sampler's properties by default
 def test_torch_sampler_passes_the_library(gate):
-    """A subset on two xdist workers (the full library: see README; ~1 min on 2 CPU cores)."""
+    """A subset on two xdist workers (the full library: benchmarks/NOTES.md, isolation; ~1 min on 2 CPU cores)."""
     pytest.importorskip("xdist")
     keep = "planner or determinism or output_invariants or greedy_chain or certified or chunk or bad_input"
     result = gate.runpytest_subprocess("-p", "rs_verify", f"--rs-sampler={TORCH}", "--rs-profile", "ci",
