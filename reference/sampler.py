@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rs_verify.contract import methods
 from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
 from rs_verify.contract.masks import state_params
@@ -38,7 +39,7 @@ class ReferenceSampler:
     name = "reference"
     supports_chunking = True
     streams = "spec"
-    verification_methods = frozenset({"token", "block"})  # SPEC sections 4 and 4b
+    verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})  # SPEC sections 4 and 4b
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS):
@@ -111,4 +112,4 @@ class BatchArrays:
         self.draft = None if dl is None else np.asarray(dl).reshape(-1, dl.shape[2])
         on = batch.sampling_params_on()
         self.params = state_params(batch, np.arange(batch.num_states)) if on else None
-        self.block = batch.verification == "block"
+        self.block = batch.verification == methods.BLOCK.name

@@ -19,6 +19,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from rs_verify.contract.batch import DRAFT_MODES, LOGITS_DTYPES, LOGPROBS_MODES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
+from rs_verify.contract.methods import TOKEN
 
 from .drafts import lean_draft_ids, pattern_draft_rows
 from .events import label_decisions, label_structure
@@ -128,7 +129,7 @@ def spec_batches(
     max_extra_states: int = 3,
     seeds: st.SearchStrategy[int] | None = None,
     positions: st.SearchStrategy[int] | None = None,
-    verifications: Sequence[str] = ("token",),
+    verifications: Sequence[str] = (TOKEN.name,),
     sampling_params: Sequence[str] = (),
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) covering every SPEC field.

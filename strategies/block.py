@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rs_verify.contract.methods import BLOCK, TOKEN
+
 from .contents import Contents
 from .edges import SATURATED_DRAFT_GAP, knob_step
 from .logits import ONE_HOT_GAP
@@ -59,7 +61,7 @@ def choose_verification(rng, methods, n_r) -> str:
     step has no prefix ratio to carry, no rescue and no partial acceptance)."""
     if len(methods) == 1:
         return methods[0]
-    return "block" if rng.random() < (BLOCK_SHARE if max(n_r, default=0) >= 2 else SHORT_BLOCK_SHARE) else "token"
+    return BLOCK.name if rng.random() < (BLOCK_SHARE if max(n_r, default=0) >= 2 else SHORT_BLOCK_SHARE) else TOKEN.name
 
 
 def greedy_mix(rng, kinds, n_r, allowed) -> list:

@@ -49,6 +49,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from rs_verify.contract.batch import LOGITS_DTYPES, SpecBatch
+from rs_verify.contract.methods import BLOCK, TOKEN
 
 from . import edges
 from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds
@@ -97,7 +98,7 @@ def decision_batches(
     seeds: st.SearchStrategy[int] | None = None,
     positions: st.SearchStrategy[int] | None = None,
     saturated: bool = True,
-    verifications: Sequence[str] = ("token",),
+    verifications: Sequence[str] = (TOKEN.name,),
     sampling_params: Sequence[str] = (),
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
@@ -236,7 +237,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     # mutations of earlier examples, and each must be a fresh draw of logits, drafts and noise.
     structure = (R, K, n_r, V, Vd, mode, dtype, lp_mode, num_logprobs, kinds, patterns, padded, masked, saturated,
                  tied, shifted, extra, shuffled, req_seeds, req_pos)
-    extended = cfg["verifications"] != ("token",) or cfg["sampling_params"]
+    extended = cfg["verifications"] != (TOKEN.name,) or cfg["sampling_params"]
     if extended:
         structure += (cfg["verifications"], params_on)
     rng = np.random.default_rng([draw(st.integers(0, 2**32 - 1)), zlib.crc32(repr(structure).encode())])
@@ -244,7 +245,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     # A structural draw would be shared by the few-example families Hypothesis's generate phase
     # builds by mutation, and the share of block batches within 40 examples would swing widely.
     verification = choose_verification(rng, cfg["verifications"], n_r)
-    kinds = greedy_mix(rng, kinds, n_r, cfg["kinds"]) if verification == "block" else kinds
+    kinds = greedy_mix(rng, kinds, n_r, cfg["kinds"]) if verification == BLOCK.name else kinds
     if extended:  # second chances from the content generator (the structural flags are family-shared)
         padded = padded or (cfg["padded"] and rng.random() < SECOND_CHANCE)
         saturated = saturated or (cfg["saturated"] and mode == "model" and rng.random() < SECOND_CHANCE)
@@ -252,7 +253,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         # The plain path (token by token, no parameter in the whole batch) is production's hot path
         # and where samplers keep a fast path of their own: about one token-wise draw in two is
         # plain (drawn after the method, so block draws are unchanged).
-        if params_on and verification == "token" and rng.random() < PLAIN_TOKEN_SHARE:
+        if params_on and verification == TOKEN.name and rng.random() < PLAIN_TOKEN_SHARE:
             params_on = False
 
     # ---- contents, filled by NumPy ----
@@ -309,17 +310,17 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         draft_ids[lo + 1 : lo + 1 + n] = gumbel_max_drafts(logq, np.full(n, seeds_arr[s]), pos[lo : lo + n])
     if saturated:
         edges.saturate(rng, target, draft, draft_ids, cu, idx, temps, n_r, stochastic, v_eff, dtype, masked,
-                       verification == "block")
+                       verification == BLOCK.name)
     if padded:
-        edges.pad(rng, draft_ids, cu, n_r, stochastic, v_eff, verification == "block")
+        edges.pad(rng, draft_ids, cu, n_r, stochastic, v_eff, verification == BLOCK.name)
     params = {}
-    if params_on or verification == "block":
+    if params_on or verification == BLOCK.name:
         c = Contents(target=target, draft=draft, draft_ids=draft_ids, cu=cu, idx=idx, temps=temps, n_r=n_r, v=v_eff,
                      dtype=dtype, bounds=bounds, seeds=seeds_arr, pos=pos, masked=masked, stochastic=stochastic,
-                     block_mode=verification == "block")
+                     block_mode=verification == BLOCK.name)
         if params_on:
             plant_params(rng, c, cfg["sampling_params"], V, mode)
-        if verification == "block":
+        if verification == BLOCK.name:
             plant_block(rng, c)
         if params_on:
             vet_thresholds(rng, c)

@@ -25,6 +25,7 @@ import numpy as np
 from hypothesis import event
 
 from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.methods import BLOCK
 
 from .block_events import (BLOCK_EXTRA_KNOBS, BLOCK_KNOBS, block_decisions, block_k_knob, block_knobs_of,
                            block_near_ties)
@@ -76,7 +77,7 @@ def acceptance_tests(batch: SpecBatch | Facts) -> list[Test]:
     rejection (none for the stochastic requests of a block batch: they verify by block)."""
     f = _facts(batch)
     batch = f.batch
-    if batch.num_reqs == 0 or batch.num_logits == 0 or batch.verification == "block":
+    if batch.num_reqs == 0 or batch.num_logits == 0 or batch.verification == BLOCK.name:
         return []
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     v, p, q, u = f.v, f.p, f.q, f.u
@@ -187,7 +188,7 @@ def label_decisions(batch: SpecBatch, block_sizes=()) -> None:
         event(knob)
     event(f"stochastic acceptance decisions: {_bucket(stochastic_decisions(f))}")
     event(f"verification: {batch.verification}")
-    if batch.verification == "block":
+    if batch.verification == BLOCK.name:
         event(block_k_knob(batch.num_speculative_steps))
     on = state_params_on(batch)
     present = [f"{name}{'' if on[name].any() else ' (all off)'}" for name in on if getattr(batch, name) is not None]

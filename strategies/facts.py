@@ -19,6 +19,7 @@ from rs_verify.contract import block as spec_block
 from rs_verify.contract import philox, probs
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.masks import MaskResult, RowParams, apply_masks, batch_masks
+from rs_verify.contract.methods import BLOCK
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def batch_facts(batch: SpecBatch) -> Facts:
         q = probs.draft_probs(batch)
         u = uniforms(np.asarray(batch.seeds)[probs.row_states(batch)], batch.pos) if batch.num_logits else np.zeros(0)
         facts = dict(batch=batch, v=v, temps=temps, stochastic=temps > 0, z=z, masks=masks, p=p, p_raw=p_raw, q=q, u=u)
-        if batch.verification == "block" and batch.num_reqs:
+        if batch.verification == BLOCK.name and batch.num_reqs:
             k = batch.num_speculative_steps
             n = batch.num_draft_tokens
             drafts = per_request(batch, np.concatenate([np.asarray(batch.draft_token_ids)[1:], [0]]), k)

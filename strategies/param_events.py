@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from rs_verify.contract.batch import SAMPLING_PARAMS
+from rs_verify.contract.methods import BLOCK
 
 from .facts import Facts, gumbel_noise
 
@@ -89,7 +90,7 @@ def param_knobs_of(f: Facts, tests=(), bonus_rows=()) -> set[str]:
     finite = np.isfinite(f.z)
     kept_n, finite_n, removed_n = (mr.kept & finite).sum(axis=1), finite.sum(axis=1), removed.sum(axis=1)
     if (removed_n > 0).any():
-        if b.verification == "block":
+        if b.verification == BLOCK.name:
             knobs.add(PARAMS_BLOCK)
         if b.effective_vocab_size < b.vocab_size:
             knobs.add(PARAMS_VD)

@@ -55,6 +55,7 @@ import sys
 import numpy as np
 
 from ..harness import device as backend
+from ..contract import methods
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..contract.validation import validate as validate_batch
@@ -120,7 +121,8 @@ class VllmSampler:
         self.interpreted = self.device.type != "cuda"
         self.rejection_sample = load_vllm_rejection_sample() if rejection_sample is None else rejection_sample
         self.parameters = bind_convention(self.rejection_sample)
-        self.verification_methods = frozenset({"token", "block"} if BLOCK_PARAMETER in self.parameters else {"token"})
+        offered = (methods.BLOCK,) if BLOCK_PARAMETER in self.parameters else ()
+        self.verification_methods = frozenset(m.name for m in (methods.TOKEN, *offered))
         self.validate = bool(validate)
 
     def unvalidated(self) -> "VllmSampler":
@@ -168,7 +170,7 @@ class VllmSampler:
             expanded_local_pos=tensor(rows - (cu[req] if r else 0), torch.int32),
             temperature=temperature, seed=tensor(batch.seeds, torch.int64),
             num_speculative_steps=int(batch.num_speculative_steps),
-            use_block_verification=batch.verification == "block",
+            use_block_verification=batch.verification == methods.BLOCK.name,
         )
         if batch.sampling_params_on():
             raise ValueError(f"{', '.join(batch.sampling_params_on())}: this adapter applies no sampling parameters "

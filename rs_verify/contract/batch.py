@@ -1,6 +1,6 @@
 """The batch contract (SPEC sections 1, 5 and 6): `SpecBatch`, `SamplerOutput`, `LogprobsTensors`.
 
-This module imports nothing else of the project; NumPy only.
+This module imports nothing else of the project but its verification methods (`methods`); NumPy.
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import methods
+
 LOGITS_DTYPES = ("float32", "bfloat16", "float16")
 LOGPROBS_MODES = ("raw", "processed")
 DRAFT_MODES = ("model", "one_hot")  # draft logits, or None (one-hot drafts: n-gram, suffix, ...)
-VERIFICATION_METHODS = ("token", "block")  # SPEC sections 4 and 4b
+VERIFICATION_METHODS = tuple(methods.METHODS)  # SPEC sections 4 and 4b: one record each in `methods`
 SAMPLING_PARAMS = ("min_p", "top_k", "top_p")  # SPEC section 2, in the order they mask
-EXERCISED = ("block", *SAMPLING_PARAMS)  # what `SpecBatch.exercises` reports
+EXERCISED = (*(m.name for m in methods.OFFERED), *SAMPLING_PARAMS)  # what `SpecBatch.exercises` reports
 
 ARRAY_FIELDS = (
     "target_logits",
@@ -84,7 +86,7 @@ class SpecBatch:
     top_k: np.ndarray | None = None  # int32 [S]; 0 (or >= V') is off (SPEC section 2)
     top_p: np.ndarray | None = None  # float32 [S] in (0, 1]; 1 is off
     min_p: np.ndarray | None = None  # float32 [S] in [0, 1]; 0 is off
-    verification: str = "token"  # "token" (SPEC section 4) or "block" (section 4b)
+    verification: str = methods.BASELINE.name  # a name of `methods.METHODS`: "token" (SPEC 4) or "block" (4b)
 
     def __post_init__(self):
         for name in ARRAY_FIELDS:
@@ -121,6 +123,11 @@ class SpecBatch:
     def num_draft_tokens(self) -> np.ndarray:
         """`n_r` for every request: rows owned minus the bonus row."""
         return np.diff(np.asarray(self.cu_num_logits, dtype=np.int64)) - 1
+
+    @property
+    def method(self) -> methods.VerificationMethod:
+        """The record of `verification` (`methods.UnknownMethod` for a name the SPEC does not define)."""
+        return methods.lookup(self.verification)
 
     def request_rows(self, r: int) -> range:
         return range(int(self.cu_num_logits[r]), int(self.cu_num_logits[r + 1]))
@@ -159,17 +166,19 @@ class SpecBatch:
         return tuple(out)
 
     def exercises(self) -> tuple[str, ...]:
-        """What of SPEC sections 2 and 4b this batch puts to a sampler (`EXERCISED` names):
-        "block" when it is block-verified with a stochastic request that has drafts, and the
-        sampling parameters on for at least one referenced stochastic state."""
-        found = self._stochastic_states() if self.verification == "block" else None
-        block = False
+        """What of SPEC sections 2 and 4b this batch puts to a sampler (`EXERCISED` names): its
+        verification method when that is one offered besides the baseline ("block") and a
+        stochastic request has drafts, and the sampling parameters on for at least one referenced
+        stochastic state."""
+        method = methods.METHODS.get(self.verification) if isinstance(self.verification, str) else None
+        found = self._stochastic_states() if method is not None and not method.baseline else None
+        verified = False
         if found is not None:
             try:
-                block = bool((found[1] & (self.num_draft_tokens > 0)).any())
+                verified = bool((found[1] & (self.num_draft_tokens > 0)).any())
             except (IndexError, TypeError, ValueError):
                 pass
-        return (*(("block",) if block else ()), *self.sampling_params_on())
+        return (*((method.name,) if verified else ()), *self.sampling_params_on())
 
     def summary(self) -> str:
         """A compact one-paragraph description, for failure messages (tolerates malformed batches).
@@ -193,7 +202,7 @@ class SpecBatch:
         else:
             drafts = f"model(draft_logits shape {list(np.shape(self.draft_logits))})"
         lp = "off" if self.num_logprobs is None else f"k={self.num_logprobs},{self.logprobs_mode}"
-        extra = "" if self.verification == "token" else f", verification={self.verification}"
+        extra = "" if self.verification == methods.BASELINE.name else f", verification={self.verification}"
         params = self.sampling_params_on()
         if params:
             extra += ", sampling params " + "/".join(params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..contract import methods
 from .handle import SamplerUnderTest, as_sampler
 from .record import SamplerRecord
 
@@ -65,7 +66,6 @@ def capabilities(ctx: Context) -> set[str]:
     if not rec.interpreted:
         caps.add("fast")
     caps.update(f"{mode}_drafts" for mode in rec.draft_modes)
-    if "block" in rec.verification_methods:
-        caps.add("block_verification")
+    caps.update(c for m in rec.verification_methods for c in methods.lookup(m).needs)
     caps.update(rec.sampling_params)
     return caps

@@ -21,11 +21,12 @@ import sys
 import types
 from dataclasses import asdict, dataclass, field, fields
 
-from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS
+from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
+from ..contract import methods
 from . import device
 
 STREAMS = ("spec", "own")
-EXERCISED_NAMES = {"block": "block verification (SPEC section 4b)", "min_p": "min-p (SPEC section 2)",
+EXERCISED_NAMES = {**{m.name: m.titled for m in methods.OFFERED}, "min_p": "min-p (SPEC section 2)",
                    "top_k": "top-k (SPEC section 2)", "top_p": "top-p (SPEC section 2)"}
 DECLARED_INTERPRETED = "declared"
 SUITE_INTERPRETED = "the suite runs its Triton kernels through the interpreter (no usable CUDA device)"
@@ -47,7 +48,7 @@ class SamplerRecord:
     draft_modes: frozenset = frozenset(DRAFT_MODES)
     logits_dtypes: frozenset = frozenset(LOGITS_DTYPES)
     min_spec_steps: int = 0
-    verification_methods: frozenset = frozenset({"token"})
+    verification_methods: frozenset = frozenset({methods.BASELINE.name})
     sampling_params: frozenset = frozenset()
     interpreted: bool = False  # too slow for the distribution campaigns
     interpreted_why: str = ""  # DECLARED_INTERPRETED, SUITE_INTERPRETED or ""
@@ -68,9 +69,11 @@ class SamplerRecord:
                 what = "a subset" if empty_ok else "a non-empty subset"
                 raise DeclarationError(f"{who}: {name} {sorted(value)} must be {what} of {list(allowed)}")
             object.__setattr__(self, name, value)
-        if "token" not in self.verification_methods:
+        base = methods.BASELINE
+        if base.name not in self.verification_methods:
             raise DeclarationError(f"{who}: verification_methods {sorted(self.verification_methods)} must include "
-                                   "'token' (SPEC section 4: block verification is offered besides it)")
+                                   f"{base.name!r} (SPEC section {base.section}: "
+                                   f"{', '.join(m.label for m in methods.OFFERED)} is offered besides it)")
         if self.streams not in STREAMS:
             raise DeclarationError(f"{who}: streams must be one of {list(STREAMS)}, not {self.streams!r}")
         k = self.min_spec_steps
@@ -87,9 +90,10 @@ class SamplerRecord:
         return self.streams == "spec"
 
     def strategy_kwargs(self) -> dict:
-        """Keyword arguments that restrict the batch strategies to what the sampler declares."""
+        """Keyword arguments that restrict the batch strategies to what the sampler declares: the one
+        narrowing of declarations, read by the strategies (drawn batches) and by `fit` (fixed ones)."""
         kw = {
-            "verifications": tuple(m for m in VERIFICATION_METHODS if m in self.verification_methods),
+            "verifications": methods.declared(self.verification_methods),
             "sampling_params": tuple(p for p in SAMPLING_PARAMS if p in self.sampling_params),
         }
         if not self.supports_logprobs:
@@ -101,6 +105,25 @@ class SamplerRecord:
         if self.min_spec_steps:
             kw["min_spec_steps"] = self.min_spec_steps
         return kw
+
+    def fit(self, batch: SpecBatch) -> SpecBatch:
+        """A fixed campaign's batch narrowed as `strategy_kwargs` narrows drawn ones (SPEC section 10):
+        without logprobs when the sampler computes none, with one-hot drafts (the same draft ids)
+        when it takes no model drafts, verified by the baseline method (token by token) when it does
+        not declare the batch's, without the sampling parameters it does not declare. The batch
+        itself when nothing is to change; its dtype and step counts are kept."""
+        kw = self.strategy_kwargs()
+        changes = {}
+        if batch.num_logprobs is not None and kw.get("logprobs") == (None,):
+            changes["num_logprobs"] = None
+        if batch.draft_logits is not None and "model" not in kw.get("draft_modes", DRAFT_MODES):
+            changes["draft_logits"] = None
+        verification = methods.narrow(batch.verification, kw["verifications"])
+        if verification != batch.verification:
+            changes["verification"] = verification
+        changes.update({p: None for p in SAMPLING_PARAMS
+                        if getattr(batch, p) is not None and p not in kw["sampling_params"]})
+        return batch.replace(**changes) if changes else batch
 
     def not_exercised(self) -> list[str]:
         """What the suite does not check because the sampler declared it away (or runs interpreted)."""
@@ -116,9 +139,10 @@ class SamplerRecord:
         if self.min_spec_steps:
             out.append(f"requests with fewer than {self.min_spec_steps} drafts, K = 0 included "
                        f"(min_spec_steps = {self.min_spec_steps})")
-        if "block" not in self.verification_methods:
-            out.append(f"block verification, SPEC section 4b (verification_methods = "
-                       f"{sorted(self.verification_methods)})")
+        for m in methods.OFFERED:
+            if m.name not in self.verification_methods:
+                out.append(f"{m.label}, SPEC section {m.section} (verification_methods = "
+                           f"{sorted(self.verification_methods)})")
         missing = [p for p in SAMPLING_PARAMS if p not in self.sampling_params]
         if missing:
             out.append(f"sampling parameters {', '.join(missing)}, SPEC section 2 (sampling_params = "
@@ -132,7 +156,8 @@ class SamplerRecord:
         answered carried it, over the properties whose `sent` tallies are given (one dict per
         property, `SamplerUnderTest.sent`), or that none did (its properties were skipped or
         deselected, or failed before sending one)."""
-        declared = {"block": "block" in self.verification_methods, **{p: p in self.sampling_params for p in SAMPLING_PARAMS}}
+        declared = {**{m.name: m.name in self.verification_methods for m in methods.OFFERED},
+                    **{p: p in self.sampling_params for p in SAMPLING_PARAMS}}
         out = []
         for what in EXERCISED:
             if not declared[what]:
@@ -197,7 +222,7 @@ def record_of(sampler) -> SamplerRecord:
         draft_modes=_declared(sampler, "draft_modes", frozenset(DRAFT_MODES)),
         logits_dtypes=_declared(sampler, "logits_dtypes", frozenset(LOGITS_DTYPES)),
         min_spec_steps=_declared(sampler, "min_spec_steps", 0),
-        verification_methods=_declared(sampler, "verification_methods", frozenset({"token"})),
+        verification_methods=_declared(sampler, "verification_methods", frozenset({methods.BASELINE.name})),
         sampling_params=_declared(sampler, "sampling_params", frozenset()),
         interpreted=declared_interpreted or suite_interpreted,
         interpreted_why=why,

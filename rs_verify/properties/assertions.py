@@ -112,18 +112,10 @@ def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, ch
 def as_declared(batch: SpecBatch, sampler) -> SpecBatch:
     """A fixed campaign's batch made fit for what the sampler declares (SPEC section 10): without
     logprobs when it computes none, with one-hot drafts (the same draft ids) when it takes no model
-    drafts, verified token by token when it does not declare block verification, without the
-    sampling parameters it does not declare. Generated batches are narrowed by the strategies instead."""
-    said = as_sampler(sampler).record
-    if batch.num_logprobs is not None and not said.supports_logprobs:
-        batch = batch.replace(num_logprobs=None)
-    if batch.draft_logits is not None and "model" not in said.draft_modes:
-        batch = batch.replace(draft_logits=None)
-    if batch.verification not in said.verification_methods:
-        batch = batch.replace(verification="token")
-    undeclared = {p: None for p in ("top_k", "top_p", "min_p")
-                  if getattr(batch, p) is not None and p not in said.sampling_params}
-    return batch.replace(**undeclared) if undeclared else batch
+    drafts, verified token by token when it does not declare the batch's method, without the
+    sampling parameters it does not declare. `SamplerRecord.fit`: the narrowing the strategies
+    read for generated batches (`SamplerRecord.strategy_kwargs`)."""
+    return as_sampler(sampler).record.fit(batch)
 
 
 def sampler_name(sampler) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..contract import methods
 from ..contract.batch import SamplerOutput
 from ..contract.chunking import select_requests
 
@@ -222,7 +223,7 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
     """
     result = Comparison()
     temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
-    block = getattr(batch, "verification", "token") == "block"
+    block = getattr(batch, "verification", None) == methods.BLOCK.name
     for trace in traces:
         r = trace.request
         greedy = bool(temps[r] == 0)

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..contract import methods
 from .assertions import call
 from .registry import PropertyFailure, register
 from .distribution_batches import (  # noqa: F401  (re-exported: the campaigns' public names)
@@ -292,9 +293,9 @@ def _register(name: str, campaign: Campaign):
 
     check.__doc__ = (f"Over {campaign.name} and many seeds, each emitted token and the acceptance length fit the "
                      f"target (fixed seeds, family-wise false-positive rate {ALPHA:g}).")
-    needs = ("fast", DRAFT_NEED[campaign.draft_mode], *campaign.param_names)
-    register(name, "distribution", needs=needs + (("block_verification",) if campaign.verification == "block" else ()))(
-        check)
+    method = methods.lookup(campaign.verification)
+    needs = ("fast", DRAFT_NEED[campaign.draft_mode], *campaign.param_names, *method.needs)
+    register(name, "distribution", needs=needs)(check)
 
 
 for _name, _campaign in CAMPAIGNS.items():

@@ -37,7 +37,7 @@ from dataclasses import replace
 import numpy as np
 from scipy import stats
 
-from ..contract import probs
+from ..contract import methods, probs
 from ..contract.block import block_quantities, block_residual, tau_law
 from ..contract.chunking import select_requests
 from .assertions import as_declared, call
@@ -63,7 +63,7 @@ CLOSED_ROWS = (
 # small ratio, a saturating one, p(d) = 0.
 CLOSED_DRAFTS = ((-1, 0, 1, 4), (-1, 0, 3, 4))
 CLOSED = Campaign("block closed forms", "model", vocab=5, steps=2, temperatures=(1.0,), seed=33,
-                  verification="block", rows="given", given=CLOSED_ROWS)
+                  verification=methods.BLOCK.name, rows="given", given=CLOSED_ROWS)
 GAIN = Campaign("block gain", "model", vocab=8, steps=3, temperatures=(0.7, 1.0), seed=34)
 MIN_RESIDUAL_N = 200  # a residual law is tested where its step is expected at least this often
 
@@ -209,7 +209,7 @@ def gain(sampler, trials: int) -> tuple[float, float, int]:
     """Block's paired gain in `num_sampled` over token-wise verification on the same batch (drafts
     from q): `(mean, standard error, n)`."""
     token, _, _ = build_batch(GAIN, trials)
-    block = token.replace(verification="block")
+    block = token.replace(verification=methods.BLOCK.name)
     d = call(sampler, block).num_sampled.astype(np.float64) - call(sampler, token).num_sampled
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size)), int(d.size)
 
@@ -263,13 +263,13 @@ def _sequences(ctx, verification: str) -> None:
 @register("distribution_sequences", "distribution", needs=("fast",))
 def distribution_sequences(ctx, _drawn) -> None:
     """Token by token, each request's emission completed with draws from its later rows follows the product of the rows' p."""
-    _sequences(ctx, "token")
+    _sequences(ctx, methods.TOKEN.name)
 
 
 @register("distribution_block_sequences", "distribution", needs=("fast", "block_verification"))
 def distribution_block_sequences(ctx, _drawn) -> None:
     """In block verification, each emission completed with draws from the later rows follows the product of the rows' p."""
-    _sequences(ctx, "block")
+    _sequences(ctx, methods.BLOCK.name)
 
 
 @register("block_closed_forms", "distribution", needs=("fast", "block_verification"))

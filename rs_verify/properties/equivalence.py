@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
+from ..contract import methods
 from ..contract.chunking import iter_request_chunks, select_requests, slice_batch, verify_chunked
 from .assertions import as_declared, assert_same_output, assert_same_request, call, event
 from .inputs import batch_and_cap, decision_rich
@@ -113,7 +114,7 @@ def with_block_and_params(batch, seed: int = 23):
     top_k = np.where((which == 1) | (which == 3), rng.integers(1, max(2, batch.vocab_size // 4), s), 0)
     top_p = np.where(which >= 2, rng.uniform(0.3, 0.95, s), 1.0)
     min_p = np.where(which == 3, rng.uniform(0.01, 0.2, s), 0.0)
-    return batch.replace(verification="block", top_k=top_k.astype(np.int32), top_p=top_p.astype(np.float32),
+    return batch.replace(verification=methods.BLOCK.name, top_k=top_k.astype(np.int32), top_p=top_p.astype(np.float32),
                          min_p=min_p.astype(np.float32))
 
 
@@ -124,7 +125,7 @@ def determinism_large_batch(ctx, _drawn) -> None:
     plain = large_batch(r=r, k=k, v=v, seed=17)
     batches = [as_declared(plain, ctx.sampler)]
     rich = as_declared(with_block_and_params(plain), ctx.sampler)
-    if rich.verification == "block" or rich.sampling_params_on():  # what the sampler declares of them
+    if rich.verification == methods.BLOCK.name or rich.sampling_params_on():  # what the sampler declares of them
         batches.append(rich)
     for batch in batches:
         first = call(ctx.sampler, batch, reseed=1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..harness.failure import PropertyFailure
-from ..contract import probs
+from ..contract import methods, probs
 from ..contract.block import block_quantities
 from ..contract.masks import batch_masks
 
@@ -81,7 +81,7 @@ def check_output_invariants(batch, out) -> None:
     q = probs.draft_probs(batch)
     temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
     masked = _clearly_masked(batch)
-    block = batch.verification == "block"
+    block = batch.verification == methods.BLOCK.name
     for r in range(batch.num_reqs):
         n_r = int(cu[r + 1] - cu[r] - 1)
         m = int(out.num_sampled[r])

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..contract import methods
 from ..harness.context import Context
 from ..harness.failure import PropertyFailure
 
@@ -33,7 +34,7 @@ NEEDS = {
     "model_drafts": "the sampler does not take model drafts (draft_modes, SPEC section 10)",
     "one_hot_drafts": "the sampler does not take one-hot drafts (draft_modes, SPEC section 10)",
     "timing": "not measured: timing a change against its baseline needs CUDA (interpreter times say nothing about the kernels)",
-    "block_verification": "the sampler does not declare block verification (verification_methods, SPEC section 10)",
+    **{m.capability: m.not_declared for m in methods.OFFERED},  # block_verification
     "min_p": "the sampler does not declare min_p (sampling_params, SPEC section 10)",
     "top_k": "the sampler does not declare top_k (sampling_params, SPEC section 10)",
     "top_p": "the sampler does not declare top_p (sampling_params, SPEC section 10)",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract import methods
 from . import sampler
 from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
 
@@ -69,7 +70,7 @@ def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=
     extra = {}
     if features:
         extra = dict(top_k=empty(s, torch.int32), top_p=empty(s, torch.float32), min_p=empty(s, torch.float32),
-                     verification="block")
+                     verification=methods.BLOCK.name)
     with _recording(sink, label):
         rejection_sample(
             empty((n, v), logits), empty((s, k, vd), logits) if drafts == "model" else None,

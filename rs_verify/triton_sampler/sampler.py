@@ -70,6 +70,7 @@ import numpy as np
 import torch
 import triton
 
+from ..contract import methods
 from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
 from ..contract.validation import check_structure, validate as validate_batch
@@ -333,7 +334,7 @@ class TritonSampler:
     supports_chunking = True
     streams = "spec"
     memory_stats = True  # extras["max_buffer_rows"] is reported
-    verification_methods = frozenset({"token", "block"})
+    verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})
     sampling_params = frozenset({"min_p", "top_k", "top_p"})
 
     def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,

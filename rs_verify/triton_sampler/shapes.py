@@ -1,5 +1,7 @@
 """Shape checks of `rejection_sample`'s arguments: what memory safety needs even without validation."""
 
+from ..contract.methods import BLOCK, TOKEN
+
 
 def check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
                  temperature, seeds, k, num_logprobs, logprobs_mode, params=(), verification="token"):
@@ -38,5 +40,5 @@ def check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, po
         bad(f"num_logprobs: expected None or an int in [0, {v}], got {num_logprobs!r}")
     if logprobs_mode not in ("raw", "processed"):
         bad(f"logprobs_mode: unknown mode {logprobs_mode!r}")
-    if verification not in ("token", "block"):
+    if verification not in (TOKEN.name, BLOCK.name):
         bad(f"verification: unknown method {verification!r}")
