@@ -78,3 +78,13 @@ def test_noise_is_finite_at_both_ends():
     # Accurate for small u: -log(-log1p(-u)) ~ -log(u), not the float32 rounding of 1 - u.
     assert abs(g[0] - (-np.log(2.0**-33))) < 1e-9
     assert np.all(np.diff(g[:-1]) < 0)  # decreasing in u (the noise of 1 - u) above the floor
+
+
+@pytest.mark.parametrize("target", [0, 1, 2**32 - 128, 2**32 - 1, 0xDEADBEEF])
+def test_seed_for_hash_plants_the_target(target):
+    """The strategies plant u = 1.0 and the smallest u on a drawn token by choosing the seed's low
+    word: the planted key hashes to the target (checked against mmh3)."""
+    for seed_hi, pos, token in ((0, 0, 0), (0xFFFFFFFF, 2**32 + 3, 151935), (7, 2**40, 12)):
+        seed = murmur3.seed_for_hash(target, seed_hi, pos, token)
+        assert -(2**63) <= seed < 2**63 and (seed >> 32) & 0xFFFFFFFF == seed_hi
+        assert _oracle(seed, pos, token) == target

@@ -91,3 +91,61 @@ def noise_from_uniform(u: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     np.negative(log_e, out=log_e)  # E = -log(max(1 - u, 2**-24)) > 0
     np.log(log_e, out=log_e)
     return np.negative(log_e, out=log_e)
+
+
+# -- planting edge values -------------------------------------------------------------------
+# Every step of the hash is a bijection of the state for fixed other words, so for any target
+# hash and any `(seed_hi, pos_lo, x)` exactly one `seed_lo` reaches it: the strategies plant
+# `u = 1.0` and the smallest `u` on any token they draw by choosing the seed's low word.
+
+_M = 0xFFFFFFFF
+
+
+def _inv(a: int) -> int:
+    return pow(a, -1, 2**32)
+
+
+def _rotr(x: int, r: int) -> int:
+    return ((x >> r) | (x << (32 - r))) & _M
+
+
+def _unfmix(h: int) -> int:
+    h ^= h >> 16
+    h = (h * _inv(int(F2))) & _M
+    h ^= (h >> 13) ^ (h >> 26)
+    h = (h * _inv(int(F1))) & _M
+    return h ^ (h >> 16)
+
+
+def _mix_k(k: int) -> int:
+    k = (k * int(C1)) & _M
+    k = ((k << 15) | (k >> 17)) & _M
+    return (k * int(C2)) & _M
+
+
+def _step(h: int, k: int) -> int:
+    h ^= _mix_k(k)
+    h = ((h << 13) | (h >> 19)) & _M
+    return (h * 5 + int(N_ADD)) & _M
+
+
+def _unstep(h_next: int, k: int) -> int:
+    """The state before the block `k` that `_step` maps to `h_next`."""
+    h = ((h_next - int(N_ADD)) * _inv(5)) & _M
+    return _rotr(h, 13) ^ _mix_k(k)
+
+
+def seed_for_hash(target: int, seed_hi: int, pos: int, token: int) -> int:
+    """The int64 seed with high word `seed_hi` whose key `(seed_lo, seed_hi, pos_lo, token)`
+    hashes to `target` (SPEC 3b): the seed that plants a chosen noise on `token` at `pos`."""
+    h = _unfmix(target & _M) ^ 16
+    for word in (token & _M, pos & _M, seed_hi & _M):
+        h = _unstep(h, word)
+    # h is now the state after the first block: h = _step(0, seed_lo); invert the block's mix.
+    k = ((h - int(N_ADD)) * _inv(5)) & _M
+    k = _rotr(k, 13)  # = 0 ^ mix_k(seed_lo)
+    k = (k * _inv(int(C2))) & _M
+    k = _rotr(k, 15)
+    seed_lo = (k * _inv(int(C1))) & _M
+    bits = ((seed_hi & _M) << 32) | seed_lo
+    return bits - 2**64 if bits >= 2**63 else bits
