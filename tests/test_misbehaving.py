@@ -1,9 +1,12 @@
 """Misbehaving samplers (examples/misbehaving.py): each ends as a failed property with a failure
-bundle, through the pytest plugin and through the CLI, and the session goes on.
+bundle, and the session goes on.
 
-One property per case (`-k` / `--only`) plus `planner`, which runs after it in registry order:
-its pass shows the session survived. Shrinking is cut to 2 s (`RS_VERIFY_SHRINK_SECONDS`): the
-verdict is what these tests check, not the shrunk batch."""
+A crash and a hang need the sampler in a child process: they run through the pytest plugin and
+through the CLI, one property per case (`-k` / `--only`) plus `planner`, which runs after it in
+registry order: its pass shows the session survived. The other misbehaviours are caught by the
+guards that run where the sampler runs (`guards.local_call`, the same code in a child as in this
+process): they run in this process, through the runner the front ends call. Shrinking is cut to
+2 s (`RS_VERIFY_SHRINK_SECONDS`): the verdict is what these tests check, not the shrunk batch."""
 
 import json
 import os
@@ -26,6 +29,8 @@ pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 5  # seconds per call for the hanging sampler
+# What torch says, once per process, as it writes through a read-only array (InPlaceSampler does).
+READ_ONLY_WARNING = "The given NumPy array is not writable"
 
 # case: (sampler in examples.misbehaving, property, extra options, what the failure must say, failure kind)
 CASES = {
@@ -55,7 +60,12 @@ def _bundle(directory: Path, prop: str, attr: str, kind: str) -> dict:
     return meta
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# The cases a child process adds something to: the process dies, or is killed. The others run
+# through the plugin in the long run, and in this process by default (below).
+IN_CHILD = [case for case, (*_, kind) in CASES.items() if kind in ("crash", "timeout")]
+
+
+@pytest.mark.parametrize("case", [c if c in IN_CHILD else pytest.param(c, marks=pytest.mark.long) for c in CASES])
 def test_plugin_reports_each_misbehaviour(pytester, env, tmp_path, case):
     attr, prop, hangs, says, kind = CASES[case]
     bundles = tmp_path / "bundles"
@@ -71,9 +81,10 @@ def test_plugin_reports_each_misbehaviour(pytester, env, tmp_path, case):
     result.stdout.fnmatch_lines(["*rs-verify failure bundles*", f"rs-verify replay {bundles}*"])
 
 
-# The CLI twins of the plugin cases: a crash and a hang in the default run, the rest in the long run.
-@pytest.mark.parametrize("case", [c if c in ("segfault", "hang") else pytest.param(c, marks=pytest.mark.long)
-                                  for c in CASES])
+# The CLI twins of the plugin cases: the crash in the default run (the CLI's report of a dead child
+# and the replay's isolation), the rest in the long run (a hang is the same child's timeout as
+# through the plugin above; the others the in-process cases below).
+@pytest.mark.parametrize("case", [c if c == "segfault" else pytest.param(c, marks=pytest.mark.long) for c in CASES])
 def test_cli_reports_each_misbehaviour(env, tmp_path, case):
     attr, prop, hangs, says, kind = CASES[case]
     extra = ["--timeout", str(TIMEOUT)] if hangs else []
@@ -94,6 +105,18 @@ def test_cli_reports_each_misbehaviour(env, tmp_path, case):
         assert replay.returncode == 1 and "STILL FAILS" in replay.stdout and says in replay.stdout, replay.stdout
 
 
+@pytest.mark.filterwarnings(f"ignore:{READ_ONLY_WARNING}")
+@pytest.mark.parametrize("case", [case for case in CASES if case not in IN_CHILD])
+def test_each_misbehaviour_in_process_fails_its_property_with_a_bundle(env, tmp_path, case):
+    """As the plugin runs a property with `--rs-isolate off`: the sampler loaded in this process."""
+    attr, prop, _, says, kind = CASES[case]
+    spec = f"examples.misbehaving:{attr}"
+    ctx = runner.make_context(isolation.load(spec, "off"), profile="ci", device="cpu")
+    outcome = runner.run(PROPERTIES[prop], ctx, bundle_dir=tmp_path / "bundles", sampler_spec=spec)
+    assert outcome.status == "failed" and says in outcome.failure.text(), outcome.message
+    _bundle(tmp_path / "bundles", prop, attr, kind)
+
+
 # -- the parts, in this process --------------------------------------------------------
 
 
@@ -108,13 +131,13 @@ def _batch(num_reqs: int) -> SpecBatch:
         seeds=np.arange(num_reqs, dtype=np.int64), num_speculative_steps=1)
 
 
+@pytest.mark.filterwarnings(f"ignore:{READ_ONLY_WARNING}")
 def test_modified_names_the_field_and_the_first_index():
     torch = pytest.importorskip("torch")
     batch = _batch(3)
     snap = guards.snapshot(batch)
     assert guards.modified(batch, snap) is None
-    with pytest.warns(UserWarning):  # torch warns that the array is read-only, and writes anyway
-        torch.from_numpy(batch.pos)[4:].add_(1)
+    torch.from_numpy(batch.pos)[4:].add_(1)
     assert guards.modified(batch, snap).startswith("pos[4] (")
 
 
