@@ -72,16 +72,6 @@ def test_check_on_worker_processes_reports_a_failure_like_one_process(tmp_path):
     assert runs["1"] == runs["2"] and len(runs["1"]) == 1  # the same failure, the same bundle name
 
 
-def test_check_only_planner(tmp_path):
-    """The brief's command: one property, no fits, so a report without plots."""
-    out = cli("check", "--sampler", "reference", "--only", "planner", "--profile", "ci", "--device", "cpu",
-              "--report", str(tmp_path))
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "planner" in out.stdout and "1 passed, 0 failed, 0 skipped" in out.stdout
-    assert json.loads((tmp_path / "report.json").read_text())["results"][0]["status"] == "passed"
-    assert (tmp_path / "report.md").exists()
-
-
 def test_replay_rejects_a_foreign_file(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_text("hello")
