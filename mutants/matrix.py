@@ -180,7 +180,7 @@ def markdown(results: list[MutantResult], prop_names: list[str], meta: dict) -> 
     lines += ["", "## Properties", "",
               "Mutants only it kills: those no other property killed in this run (an escalated mutant's other "
               "properties ran at the base example count only). Why it is kept: for a property that is no "
-              "mutant's sole killer, from the property registry (`rs_verify.properties.registry.WHY_KEPT`).", "",
+              "mutant's sole killer, the `why_kept` of its `register(...)` call (`rs_verify.properties`).", "",
               ]
     summary = property_summary(results, prop_names)
     rows = []

@@ -49,7 +49,9 @@ def _launches(exc) -> int:
     return getattr(getattr(exc, "call_report", None), "triton_launches", None) or 0
 
 
-@register("rejects_bad_input", "bad_input", strategy=invalid_of_every_class)
+@register("rejects_bad_input", "bad_input", strategy=invalid_of_every_class, cost=20,
+          why_kept=("Validation is shared code outside the mutated packages; the property gates third-party samplers "
+                    "that validate on their own (or not at all)."))
 def rejects_bad_input(ctx, drawn) -> None:
     """Every SPEC section 9 defect class raises ValueError naming the field (and the first offending index)."""
     for batch, field in drawn:
@@ -89,7 +91,9 @@ def _check_message(batch, field: str, message: str, exc) -> None:
                               f"{field}{list(index)}: {message}", batch=batch) from exc
 
 
-@register("unvalidated_in_bounds", "bad_input", strategy=invalid, needs=("unvalidated",))
+@register("unvalidated_in_bounds", "bad_input", strategy=invalid, needs=("unvalidated",), cost=30,
+          why_kept=("The only property that feeds invalid input to a sampler with validation off: the NaN / "
+                    "no-finite-row failure mode is invisible to every other property."))
 def unvalidated_in_bounds(ctx, drawn) -> None:
     """With validation off, a bad batch is refused with a ValueError or never yields a token outside [0, V')."""
     batch, field = drawn

@@ -137,7 +137,9 @@ def _certify(ctx, batch: SpecBatch, out: SamplerOutput, diffs: list[RequestDiff]
     return len(excused)
 
 
-@register("matches_baseline", "baseline", strategy=_batch_and_maybe_cap, needs=("baseline",))
+@register("matches_baseline", "baseline", strategy=_batch_and_maybe_cap, needs=("baseline",), cost=140,
+          why_kept=("The only comparison with the version a change replaces: a shifted token that stays within the "
+                    "certification tolerance, or a changed reduction order, passes every other property."))
 def matches_baseline(ctx, drawn) -> None:
     """The changed sampler's output equals the baseline version's bit for bit, chunked and full."""
     batch, cap = drawn
@@ -209,7 +211,8 @@ def benchmark_batches(profile: str, *, chunked: bool, shape: tuple | None = None
     return out
 
 
-@register("baseline_speed", "baseline", needs=("baseline", "timing"))
+@register("baseline_speed", "baseline", needs=("baseline", "timing"), cost=260,
+          why_kept="CUDA only: the only property that sees a slower kernel; skipped (not measured) on CPU.")
 def baseline_speed(ctx, _drawn) -> None:
     """On CUDA, the change is at most max_slowdown times slower than the baseline (medians, same batches)."""
     base = ctx.baseline

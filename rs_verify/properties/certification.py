@@ -120,7 +120,8 @@ def certify(cmp: Comparison, *, batch, note: str = "") -> None:
 
 
 @register("certified_equivalence", "certification", strategy=certifiable_batches, needs=("spec_streams", "reference"),
-          examples_scale=1.5)
+          examples_scale=1.5, cost=150,
+          why_kept="Every decision against the float64 reference with its margin: the broadest net.")
 def certified_equivalence(ctx, drawn) -> None:
     """Every decision equals the float64 reference's, except a few excused near-ties (SPEC section 8)."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))

@@ -66,7 +66,7 @@ import numpy as np
 
 from ..contract import methods
 from .assertions import call
-from .registry import PropertyFailure, register
+from .registry import PROPERTIES, PropertyFailure, register
 from .distribution_batches import (  # noqa: F401  (re-exported: the campaigns' public names)
     DRAFT_SALT,
     TRIALS,
@@ -283,7 +283,10 @@ DRAFT_NEED = {"model": "model_drafts", "one_hot": "one_hot_drafts"}  # a campaig
 SEQUENCE_PROPERTIES = ("distribution_sequences", "distribution_block_sequences", "block_closed_forms")
 
 
-def _register(name: str, campaign: Campaign):
+def _register(name: str, **record):
+    """Register campaign `CAMPAIGNS[name]` as a property; `record`: the rest of its `register` call."""
+    campaign = CAMPAIGNS[name]
+
     def check(ctx, _drawn) -> None:
         trials = TRIALS.get(ctx.profile, TRIALS["dev"])
         result = run_campaign(ctx.sampler, campaign, trials)
@@ -295,14 +298,28 @@ def _register(name: str, campaign: Campaign):
                      f"target (fixed seeds, family-wise false-positive rate {ALPHA:g}).")
     method = methods.lookup(campaign.verification)
     needs = ("fast", DRAFT_NEED[campaign.draft_mode], *campaign.param_names, *method.needs)
-    register(name, "distribution", needs=needs)(check)
+    register(name, "distribution", needs=needs, **record)(check)
 
 
-for _name, _campaign in CAMPAIGNS.items():
-    _register(_name, _campaign)
+_register("distribution_model_drafts", cost=200, slow=True,
+          why_kept=("Test of fit over drafts drawn with the salted drafter stream: the only property that sees a "
+                    "shared draft/resample stream in a sampler with its own RNG."))
+_register("distribution_one_hot_drafts", cost=180, slow=True,
+          why_kept="Test of fit for one-hot drafts, including a padded last draft: fast samplers only.")
+_register("distribution_saturated_residuals", cost=190, slow=True,
+          why_kept=("Test of fit where p and q are saturated on the same tokens (an empty residual falls back to p) "
+                    "and padded drafts carry model logits: the residual branches a sampler with its own RNG can only "
+                    "be checked on here."))
+_register("distribution_sampling_params", cost=210, slow=True,
+          why_kept=("Test of fit against the masked p (top-k, top-p, min-p) with drafts from the unmasked q: the "
+                    "only check of the masks for a sampler with its own RNG."))
+if set(CAMPAIGNS) - set(PROPERTIES):
+    raise RuntimeError(f"campaigns without a property: {sorted(set(CAMPAIGNS) - set(PROPERTIES))} (register each)")
 
 
-@register("closed_forms", "distribution", needs=("fast", "model_drafts"))
+@register("closed_forms", "distribution", needs=("fast", "model_drafts"), cost=170, slow=True,
+          why_kept=("Acceptance rate min(1, p/q) and residual law per draft token: fast samplers only; with its own "
+                    "RNG a sampler is checked only by the tests of fit."))
 def closed_forms(ctx, _drawn) -> None:
     """Per draft token (padded included): acceptance is min(1, p/q); a rejection resamples max(p - q, 0)/Z, else p."""
     result = run_closed_forms(ctx.sampler, TRIALS.get(ctx.profile, TRIALS["dev"]))

@@ -260,19 +260,25 @@ def _sequences(ctx, verification: str) -> None:
     check_fits(fits, f"completed sequences, {verification} verification", trials)
 
 
-@register("distribution_sequences", "distribution", needs=("fast",))
+@register("distribution_sequences", "distribution", needs=("fast",), cost=220, slow=True,
+          why_kept=("The joint law of whole emissions (completed with draws from the later rows), token by token: a "
+                    "bias that moves mass between positions keeps every marginal."))
 def distribution_sequences(ctx, _drawn) -> None:
     """Token by token, each request's emission completed with draws from its later rows follows the product of the rows' p."""
     _sequences(ctx, methods.TOKEN.name)
 
 
-@register("distribution_block_sequences", "distribution", needs=("fast", "block_verification"))
+@register("distribution_block_sequences", "distribution", needs=("fast", "block_verification"), cost=230, slow=True,
+          why_kept=("Block verification's correctness is a statement about sequences only (its per-position laws are "
+                    "not p): the one test of fit of blocks for own-RNG samplers."))
 def distribution_block_sequences(ctx, _drawn) -> None:
     """In block verification, each emission completed with draws from the later rows follows the product of the rows' p."""
     _sequences(ctx, methods.BLOCK.name)
 
 
-@register("block_closed_forms", "distribution", needs=("fast", "block_verification"))
+@register("block_closed_forms", "distribution", needs=("fast", "block_verification"), cost=240, slow=True,
+          why_kept=("Exact laws of tau and of the token at tau for fixed drafts (SPEC 4b's thresholds), and the "
+                    "one-sided test that blocks accept at least as much as token-wise verification."))
 def block_closed_forms(ctx, _drawn) -> None:
     """Fixed drafts: tau follows h_{t-1} prod (1 - h_i) and the token at tau its residual; blocks accept at least as much as token-wise."""
     trials = _trials(ctx)

@@ -80,7 +80,9 @@ def edge_batch(draft_mode: str) -> SpecBatch:
     )
 
 
-@register("stream_edges", "edges", needs=("spec_streams", "reference"))
+@register("stream_edges", "edges", needs=("spec_streams", "reference"), cost=50,
+          why_kept=("Zero and tiny uniforms occur 2 and ~130 times in 2**32 draws: no generated batch reaches them, "
+                    "so the TINY clamp and the accurate log(1 - v) are guarded here alone."))
 def stream_edges(ctx, _drawn) -> None:
     """At Philox edge points (a zero uniform, a tiny Gumbel uniform) every decision equals the reference's."""
     _check_stream_values()
@@ -150,7 +152,9 @@ def _divergence(trace, drafts, prod: list) -> str | None:
     return None
 
 
-@register("tiny_temperatures", "edges", needs=("spec_streams", "reference", "one_hot_drafts"))
+@register("tiny_temperatures", "edges", needs=("spec_streams", "reference", "one_hot_drafts"), cost=60,
+          why_kept=("The strategies draw T >= 0.05: temperatures in (0, 1e-5], where exact ties decide, are only "
+                    "checked here."))
 def tiny_temperatures(ctx, _drawn) -> None:
     """Temperatures in (0, 1e-5] sample among exactly tied maxima like the reference (only T == 0 is greedy)."""
     batch = tiny_temperature_batch()

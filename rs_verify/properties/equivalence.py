@@ -19,7 +19,8 @@ def _full(ctx, batch):
     return call(ctx.sampler, batch, max_chunk_logits=max(1, batch.num_logits))
 
 
-@register("chunked_equals_full", "equivalence", strategy=batch_and_cap, needs=("chunking",))
+@register("chunked_equals_full", "equivalence", strategy=batch_and_cap, needs=("chunking",), cost=120,
+          why_kept="Internal chunking against the full batch, bit for bit, at every cap.")
 def chunked_equals_full(ctx, drawn) -> None:
     """Internal chunking at any cap gives the full-batch output bit for bit (every field)."""
     # Besides the drawn cap, every example also runs one row below its largest request (SPEC
@@ -36,7 +37,9 @@ def chunked_equals_full(ctx, drawn) -> None:
         assert_same_output(out, full, what=f"max_chunk_logits={c} vs one chunk", batch=batch)
 
 
-@register("blackbox_chunking", "equivalence", strategy=batch_and_cap)
+@register("blackbox_chunking", "equivalence", strategy=batch_and_cap, cost=100,
+          why_kept=("Chunking from outside, for samplers without internal chunking; it also sees "
+                    "batch-size-dependent numerics (sub-batches are smaller batches)."))
 def blackbox_chunking(ctx, drawn) -> None:
     """Each planned chunk verified as a batch of its own, concatenated, equals the full batch."""
     batch, cap = drawn
@@ -58,7 +61,9 @@ def split_parts(r: int, rng: np.random.Generator) -> list[np.ndarray]:
     return [order[:1]] + [rest[label == k] for k in (0, 1) if (label == k).any()]
 
 
-@register("batch_invariance", "equivalence", strategy=_batch_and_seed)
+@register("batch_invariance", "equivalence", strategy=_batch_and_seed, cost=110,
+          why_kept=("Alone, split, permuted and merged: neither the streams nor the numerics may depend on the batch "
+                    "row, the batch size or the other requests."))
 def batch_invariance(ctx, drawn) -> None:
     """Each request is bit-identical in its batch, alone, split off, and permuted among unrelated requests."""
     # Every example runs the request in batches of very different sizes: alone (n_r + 1 rows), in
@@ -83,7 +88,8 @@ def batch_invariance(ctx, drawn) -> None:
             assert_same_request(out, sub, new, full, batch, int(old), what=what, batch=batch)
 
 
-@register("determinism", "equivalence", strategy=_batch_and_seed)
+@register("determinism", "equivalence", strategy=_batch_and_seed, cost=70,
+          why_kept="Gates atomics, races, uninitialised memory and hidden global random state.")
 def determinism(ctx, drawn) -> None:
     """Repeated runs on the same input are bit-identical, with the global random generators reseeded between them."""
     # Hypothesis seeds `random` and NumPy's global generator before each example, so two calls
@@ -118,7 +124,9 @@ def with_block_and_params(batch, seed: int = 23):
                          min_p=min_p.astype(np.float32))
 
 
-@register("determinism_large_batch", "equivalence")
+@register("determinism_large_batch", "equivalence", cost=130,
+          why_kept=("Races between programs and uninitialised memory show on grids larger than the strategies draw; "
+                    "the only property that repeats one large batch."))
 def determinism_large_batch(ctx, _drawn) -> None:
     """Repeats of one large batch (model drafts, processed logprobs; then blocks and sampling parameters) are bit-identical."""
     r, k, v, calls = LARGE.get(ctx.profile, LARGE["dev"])

@@ -17,7 +17,9 @@ from .inputs import decision_rich
 from .transforms import reported_on, reseeded_copies
 
 
-@register("output_invariants", "invariants", strategy=decision_rich)
+@register("output_invariants", "invariants", strategy=decision_rich, cost=160,
+          why_kept=("Reference-free structural checks (range, prefix, padding, residual support): they hold for "
+                    "samplers with their own streams, where certification is skipped."))
 def output_invariants(ctx, drawn) -> None:
     """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
@@ -25,7 +27,9 @@ def output_invariants(ctx, drawn) -> None:
         check_output_invariants(batch, call(ctx.sampler, batch, check=False))
 
 
-@register("greedy_chain", "invariants", strategy=decision_rich)
+@register("greedy_chain", "invariants", strategy=decision_rich, cost=80,
+          why_kept=("Greedy requests are compared with the exact argmax chain, independent of the reference and of "
+                    "any tolerance."))
 def greedy_chain(ctx, batch) -> None:
     """Greedy requests (T = 0) emit exactly the argmax chain, lowest index on ties."""
     out = call(ctx.sampler, batch)

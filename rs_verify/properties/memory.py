@@ -30,7 +30,8 @@ def buffer_bound(batch: SpecBatch, cap: int) -> tuple[int, int | None]:
     return bound, who
 
 
-@register("buffer_within_cap", "memory", strategy=batch_and_cap, needs=("chunking", "memory_stats"))
+@register("buffer_within_cap", "memory", strategy=batch_and_cap, needs=("chunking", "memory_stats"), cost=90,
+          why_kept="The only property that sees memory: an over-sized processed-logits buffer changes no output.")
 def buffer_within_cap(ctx, drawn) -> None:
     """The processed-logits buffer holds at most max(cap, n_r + 1) rows, n_r + 1 only for a request above the cap."""
     batch, cap = drawn
@@ -72,7 +73,8 @@ def large_batch(r: int = 64, k: int = 4, v: int = 152064, seed: int = 5):
     )
 
 
-@register("peak_memory_within_cap", "memory", needs=("cuda", "chunking"))
+@register("peak_memory_within_cap", "memory", needs=("cuda", "chunking"), cost=250,
+          why_kept="CUDA only (peak device memory of a Qwen-size batch): skipped on CPU.")
 def peak_memory_within_cap(ctx, _drawn) -> None:
     """On CUDA, a chunked call's peak memory beyond its inputs is at most the cap + 64 MiB."""
     batch = as_declared(large_batch(), ctx.sampler)

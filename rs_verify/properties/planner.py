@@ -58,7 +58,10 @@ def check_plan(cu, cap: int, chunks: list[tuple[int, int]]) -> None:
         raise PropertyFailure(f"{len(chunks)} chunks where {best} suffice; {where}")
 
 
-@register("planner", "planner", strategy=_cu_and_caps)
+@register("planner", "planner", strategy=_cu_and_caps, cost=10, self_check=True,
+          why_kept=("Checks the chunk planner itself (rs_verify.contract.chunking), which no sampler mutant patches: "
+                    "it guards the contract that chunked samplers and the reference share (no split, cap, maximal, "
+                    "minimal)."))
 def planner(ctx, drawn) -> None:
     """iter_request_chunks: ordered cover of [0, R), no split, cap unless one request, maximal, minimal."""
     cu, cap = drawn

@@ -117,7 +117,9 @@ def _seed_offset_pairs(ctx):
     return st.sampled_from(["int64", "int32"]).flatmap(pairs)
 
 
-@register("philox_streams", "streams", strategy=_seed_offset_pairs, needs=("triton",))
+@register("philox_streams", "streams", strategy=_seed_offset_pairs, needs=("triton",), cost=40, self_check=True,
+          why_kept=("Checks the suite's NumPy Philox against tl.rand / tl.randint (no sampler involved): the "
+                    "certification and the edge campaigns are only as good as these streams."))
 def philox_streams(ctx, drawn) -> None:
     """The NumPy Philox equals tl.rand / tl.randint bit for bit (int32/int64 seeds and offsets)."""
     dtype, pairs = drawn

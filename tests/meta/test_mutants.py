@@ -38,8 +38,6 @@ def test_catalogue_shape():
         assert m.killers or m in EQUIVALENT, f"{m.name}: name the properties expected to kill it"
         assert any("MUTANT" in new for pairs in m.patches.values() for _, new in pairs), \
             f"{m.name}: mark the planted code with a # MUTANT comment"
-    missing = [p.name for p in PROPERTIES.values() if not p.why_kept]
-    assert not missing, f"say why every property is kept (rs_verify/properties/registry.py WHY_KEPT): {missing}"
 
 
 @pytest.mark.parametrize("mutant", ALL, ids=lambda m: m.name)
