@@ -19,26 +19,26 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-# The default run checks the Triton sampler's properties, under the interpreter, at an eighth of
-# the active profile's examples (5 of ci's 40): every property and strategy path still runs on it,
-# and the reference takes the whole budget. The whole budget on the Triton sampler is the
-# README's main job (`rs-verify check`, the gate itself) and this suite with RS_VERIFY_FULL=1 (the
-# long run: `RS_VERIFY_FULL=1 pytest -n 2`); on CUDA the tests always take it.
-# Certification takes an eighth too (8 of its 60 examples: 252 stochastic decisions compared at
-# the ci profile, above the test's floor of 100; a quarter took 68 s of CPU instead of 19); the
-# other properties 5 of 40. Tests marked `long` (a fixed campaign of large batches on
-# the interpreted sampler, CLI twins of plugin tests, end-to-end runs covered by lighter tests)
-# run in the long run only.
-TRITON_SHARE, CERTIFICATION_SHARE = 0.125, 0.125
+# The default run gates the samplers that run slowly here (the Triton sampler under the
+# interpreter, the torch example on CPU) at an eighth of the active profile's examples (5 of ci's
+# 40; certification 8 of its 60: about 250 stochastic decisions compared at the ci profile, above
+# the floor of 100; a quarter took 68 s of CPU instead of 19): every property and strategy path
+# still runs on them, and the reference takes the whole budget (tests/test_properties.py). The
+# whole budget on the Triton sampler is the README's main job (`rs-verify check`, the gate itself)
+# and this suite with RS_VERIFY_FULL=1 (the long run: `RS_VERIFY_FULL=1 pytest -n 2`); on CUDA the
+# tests always take it. Tests marked `long` (the slow samplers' distribution campaigns, CLI twins
+# of plugin tests, end-to-end runs covered by lighter tests) run in the long run only.
+SHARE = 0.125
 LONG_RUN = bool(os.environ.get("RS_VERIFY_FULL"))
 
 
-def budget(sampler, share: float = TRITON_SHARE):
-    """The Hypothesis settings a property test of `sampler` starts from (None: the profile's)."""
-    if getattr(sampler, "name", None) != "triton" or not device.interpreted() or LONG_RUN:
+def budget(shared: bool):
+    """The Hypothesis settings a property test starts from: SHARE of the profile's examples for a
+    sampler gated at a share, else None (the profile's)."""
+    if not shared:
         return None
     base = settings.get_profile(settings._current_profile)
-    return settings(base, max_examples=max(1, round(base.max_examples * share)))
+    return settings(base, max_examples=max(1, round(base.max_examples * SHARE)))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,21 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conftest import budget
-from rs_verify.engine.runner import pytest_run
 from rs_verify.contract.validation import validate
 from rs_verify.strategies import invalid_batches
 from rs_verify.strategies.bad_params import BAD_VALUES
 
 FAST = settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def test_rejects_bad_input(sampler):
-    pytest_run("rejects_bad_input", sampler, base=budget(sampler))
-
-
-def test_unvalidated_in_bounds(triton_sampler):
-    pytest_run("unvalidated_in_bounds", triton_sampler, base=budget(triton_sampler))
 
 
 def _bad_states(batch, field) -> np.ndarray:

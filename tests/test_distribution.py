@@ -7,27 +7,13 @@ import numpy as np
 import pytest
 
 from mutants.mutation import load_patched
-from rs_verify.engine.runner import make_context, pytest_run
+from rs_verify.engine.runner import make_context
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties import PropertyFailure
 from rs_verify.properties import distribution as dist
 from rs_verify.properties import distribution_sequences as seqs
 from rs_verify.properties.distribution_fit import bins, binomial_fit, chisquare_fit
 from rs_verify.contract.probs import target_probs
-
-CAMPAIGN_PROPERTIES = [*dist.CAMPAIGNS, "closed_forms", *dist.SEQUENCE_PROPERTIES]
-
-
-@pytest.mark.parametrize("prop", CAMPAIGN_PROPERTIES)
-def test_distribution(prop, reference):
-    pytest_run(prop, reference)
-
-
-@pytest.mark.parametrize("prop", CAMPAIGN_PROPERTIES)
-def test_distribution_triton(prop, triton_sampler):
-    """On CUDA (>= 200,000 trials per campaign in the ci and gpu profiles); skipped under the interpreter."""
-    pytest_run(prop, triton_sampler)
-
 
 # Planted biases in a copy of the reference (the files on disk stay untouched), each with the
 # campaigns that must reject it at the ci trial count.

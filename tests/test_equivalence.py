@@ -2,17 +2,6 @@
 
 import pytest
 
-from conftest import budget
-from rs_verify.engine.runner import pytest_run
-
-
-@pytest.mark.parametrize("prop", ["chunked_equals_full", "blackbox_chunking", "batch_invariance", "determinism",
-                                  "determinism_large_batch"])
-def test_equivalence(prop, sampler):
-    if prop == "determinism_large_batch" and budget(sampler) is not None:
-        pytest.skip("long run only (RS_VERIFY_FULL=1 pytest -n 2): a fixed campaign of large batches, interpreted")
-    pytest_run(prop, sampler, base=budget(sampler))
-
 
 def test_the_compared_output_includes_cu_num_generated_tokens():
     """SPEC section 7: `LogprobsTensors.cat` keeps the full batch's `cu_num_generated_tokens` and it is

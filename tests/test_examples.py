@@ -1,4 +1,5 @@
-"""The third-party example sampler: public types only, SPEC Philox bit for bit, certified."""
+"""The third-party example sampler: public types only, SPEC Philox bit for bit (its properties, certification
+included, run in tests/test_properties.py)."""
 
 import ast
 from pathlib import Path
@@ -6,11 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rs_verify.engine.runner import pytest_run
-
 torch = pytest.importorskip("torch")
 
-from examples.torch_sampler import TorchSampler, philox_rand, philox_randint  # noqa: E402
+from examples.torch_sampler import philox_rand, philox_randint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGE = [0, 1, -1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, -(2**63), -(2**31), -(2**31) - 1]
@@ -71,12 +70,3 @@ def test_sign_extension_would_be_caught():
     right = philox_randint(g[:, None], x, seed_is_int32=True, offset_is_int32=True)
     wrong = philox_randint(g[:, None].to(torch.int64), x, seed_is_int32=False, offset_is_int32=True)
     assert not torch.equal(right, wrong)
-
-
-def test_torch_sampler_is_certified_against_the_reference(reference):
-    pytest_run("certified_equivalence", TorchSampler(), reference)
-
-
-@pytest.mark.parametrize("prop", ["output_invariants", "greedy_chain", "blackbox_chunking", "rejects_bad_input"])
-def test_torch_sampler_properties(prop):
-    pytest_run(prop, TorchSampler())

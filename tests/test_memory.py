@@ -5,19 +5,9 @@ import pytest
 
 from examples.seed_chunker import SeedChunkedSampler, TwiceCapSampler
 from rs_verify import SpecBatch
-from conftest import budget
-from rs_verify.engine.runner import make_context, pytest_run, run
+from rs_verify.engine.runner import make_context, run
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties.memory import buffer_bound
-
-
-def test_buffer_within_cap(triton_sampler):
-    pytest_run("buffer_within_cap", triton_sampler, base=budget(triton_sampler))
-
-
-@pytest.mark.gpu
-def test_peak_memory_within_cap(triton_sampler):
-    pytest_run("peak_memory_within_cap", triton_sampler)
 
 
 def _batch(rows_per_request) -> SpecBatch:

@@ -4,11 +4,6 @@ import numpy as np
 import pytest
 
 from rs_verify import iter_request_chunks, max_chunk_logits
-from rs_verify.engine.runner import pytest_run
-
-
-def test_planner_property():
-    pytest_run("planner", sampler=None)
 
 
 def test_no_requests_no_chunks():

@@ -11,14 +11,8 @@ import numpy as np
 import pytest
 
 from rs_verify.properties.streams import EDGE_OFFSETS, EDGE_SEEDS, INT32, INT64, check_philox_matches_triton
-from rs_verify.engine.runner import pytest_run
 
 pytest.importorskip("triton")
-
-
-
-def test_philox_streams_property():
-    pytest_run("philox_streams", sampler=None)
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32], ids=["int64", "int32"])

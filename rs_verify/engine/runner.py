@@ -217,9 +217,10 @@ def _attach_reproducer(failure: Failure, ctx: Context, bundle_dir, reference_spe
                          f"or in Python:\n{replay.bundle_snippet(path, failure.kind)}")
 
 
-def pytest_run(name: str, sampler, reference=None, base: settings | None = None) -> None:
+def pytest_run(name: str, sampler, reference=None, base: settings | None = None) -> Outcome:
     """Run property `name` inside a pytest test: skip with the reason when it does not apply,
-    fail with the failure's text (the original exception chained) when it does not hold.
+    fail with the failure's text (the original exception chained) when it does not hold, and
+    return the passed run's `Outcome` (its counters: examples, excused divergences, stats).
     `base`: the Hypothesis settings to start from (default: the context's profile)."""
     import pytest  # lazy: the engine is used outside pytest too (CLI, campaigns)
 
@@ -236,3 +237,4 @@ def pytest_run(name: str, sampler, reference=None, base: settings | None = None)
         for note in outcome.failure.notes:
             exc.add_note(note)
         raise exc
+    return outcome
