@@ -5,8 +5,9 @@ A crash and a hang need the sampler in a child process: they run through the pyt
 through the CLI, one property per case (`-k` / `--only`) plus `planner`, which runs after it in
 registry order: its pass shows the session survived. The other misbehaviours are caught by the
 guards that run where the sampler runs (`guards.local_call`, the same code in a child as in this
-process): they run in this process, through the runner the front ends call. Shrinking is cut to
-2 s (`RS_VERIFY_SHRINK_SECONDS`): the verdict is what these tests check, not the shrunk batch."""
+process): they run in this process, through the runner the front ends call (the in-place case
+also with the sampler in a child). Shrinking is cut to 2 s (`RS_VERIFY_SHRINK_SECONDS`): the
+verdict is what these tests check, not the shrunk batch."""
 
 import json
 import os
@@ -105,14 +106,21 @@ def test_cli_reports_each_misbehaviour(env, tmp_path, case):
         assert replay.returncode == 1 and "STILL FAILS" in replay.stdout and says in replay.stdout, replay.stdout
 
 
+# In place the sampler writes to its own copy of the batch: only the child's guard sees it, and its
+# report crosses back (the guards' path through a child, once in the default run).
 @pytest.mark.filterwarnings(f"ignore:{READ_ONLY_WARNING}")
-@pytest.mark.parametrize("case", [case for case in CASES if case not in IN_CHILD])
-def test_each_misbehaviour_in_process_fails_its_property_with_a_bundle(env, tmp_path, case):
-    """As the plugin runs a property with `--rs-isolate off`: the sampler loaded in this process."""
+@pytest.mark.parametrize("case, isolate", [(case, "off") for case in CASES if case not in IN_CHILD]
+                         + [("in-place", "property")])
+def test_each_misbehaviour_in_process_fails_its_property_with_a_bundle(env, tmp_path, case, isolate):
+    """As the plugin runs a property (`--rs-isolate off`: the sampler loaded in this process)."""
     attr, prop, _, says, kind = CASES[case]
     spec = f"examples.misbehaving:{attr}"
-    ctx = runner.make_context(isolation.load(spec, "off"), profile="ci", device="cpu")
-    outcome = runner.run(PROPERTIES[prop], ctx, bundle_dir=tmp_path / "bundles", sampler_spec=spec)
+    sampler = isolation.load(spec, isolate, device_name="cpu")
+    try:
+        ctx = runner.make_context(sampler, profile="ci", device="cpu")
+        outcome = runner.run(PROPERTIES[prop], ctx, bundle_dir=tmp_path / "bundles", sampler_spec=spec)
+    finally:
+        getattr(sampler, "close", lambda: None)()
     assert outcome.status == "failed" and says in outcome.failure.text(), outcome.message
     _bundle(tmp_path / "bundles", prop, attr, kind)
 
