@@ -76,10 +76,11 @@ def test_torch_sampler_passes_the_library(gate):
 def test_broken_sampler_fails_and_its_bundle_replays(gate, tmp_path):
     """The |p - q| residual fails the model-draft campaign (fixed seeds: the verdict does not depend
     on what Hypothesis draws); its bundle replays the campaign and fails again, and the correct
-    sampler passes it."""
+    sampler passes it. A sampler that answers wrongly needs no child process: the sampler runs in
+    the pytest and the replay processes (tests/test_misbehaving.py isolates crashes and hangs)."""
     bundles = tmp_path / "bundles"
     result = gate.runpytest_subprocess("-p", "rs_verify", f"--rs-sampler={BROKEN}", "--rs-profile", "dev",
-                                       "--rs-device", "cpu", f"--rs-bundle-dir={bundles}",
+                                       "--rs-device", "cpu", f"--rs-bundle-dir={bundles}", "--rs-isolate", "off",
                                        "-k", "distribution_model_drafts", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     written = sorted(bundles.glob("distribution_model_drafts-*.npz"))
@@ -90,7 +91,8 @@ def test_broken_sampler_fails_and_its_bundle_replays(gate, tmp_path):
                                  f"rs-verify replay {written[0]}"])
 
     def replay(*extra):
-        return subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", "replay", str(written[0]), *extra],
+        return subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", "replay", str(written[0]),
+                               "--isolate", "off", *extra],
                               capture_output=True, text=True, cwd=ROOT, timeout=300)
 
     again = replay()
