@@ -1,7 +1,7 @@
 """A sampler in a child process: a crash or a hang of the sampler becomes an ordinary failure.
 
 `ChildSampler(spec)` loads the sampler named by `spec` (`module:attribute` or a built-in name)
-in a spawned child process and forwards every call to it over a `multiprocessing` pipe. The
+in a spawned child process (`rs_verify.harness.children`) and forwards every call to it. The
 child runs each call under `guards.local_call` (input integrity, reseeded global generators,
 device faults: checks that must run where the sampler runs). The parent keeps the batch it
 sent, so when the child dies (a segfault, an abort, a CUDA fatal error) or does not answer
@@ -22,13 +22,9 @@ versions of one package can run side by side in two children.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
-import signal
-import sys
 import time
-import traceback
 
-from ..harness import device, guards
+from ..harness import children, device, guards
 from ..harness.handle import RemoteSampler
 from ..harness.record import SamplerRecord, record_of
 from .defaults import DEFAULT_TIMEOUT, ISOLATION_LEVELS as LEVELS
@@ -81,62 +77,36 @@ class ChildError(RuntimeError):
     """An exception raised inside the child, re-raised here with the child's traceback."""
 
 
-def _child(conn, spec: str, sys_path: list[str], requested_device: str | None, unvalidated: bool) -> None:
-    sys.path[:0] = sys_path
-    try:
+class _SamplerServer:
+    """The sampler's process (a `children.Child` server): the sampler loaded after the suite's
+    backend choice, then one `call` command per call, each run under `guards.local_call`."""
+
+    def __init__(self, spec: str, requested_device: str | None, unvalidated: bool):
         device.resolve(requested_device)
         sampler = load_sampler(spec)
-        if unvalidated:
-            sampler = sampler.unvalidated()
+        self.sampler = sampler.unvalidated() if unvalidated else sampler
         # The record is built where the sampler lives (its declarations, whether the suite runs its
         # Triton code through the interpreter here) and crosses as plain values: nothing else does.
-        rec = record_of(sampler)
-        conn.send(("ok", rec.replace(loaded_as=rec.loaded_as or spec).to_dict()))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        conn.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
-        return
-    while True:
-        try:
-            batch, kwargs, reseed = conn.recv()
-        except EOFError:
-            return
+        rec = record_of(self.sampler)
+        self.hello = rec.replace(loaded_as=rec.loaded_as or spec).to_dict()
+
+    def call(self, batch, kwargs: dict, reseed: int | None):
         batch = batch.replace()  # read-only views again: unpickled arrays are writable
-        try:
-            conn.send(("ok", guards.local_call(sampler, batch, kwargs, reseed=reseed)))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            conn.send(("error", _payload(exc)))
+        return guards.local_call(self.sampler, batch, kwargs, reseed=reseed)
 
 
-def _payload(exc: BaseException) -> tuple:
-    for kind, cls in (("modified", guards.InputModified), ("device", guards.DeviceFault), ("value", ValueError)):
-        if isinstance(exc, cls):
-            break
-    else:
-        kind = "other"
-    tb = "".join(traceback.format_exception(exc))
-    return kind, type(exc).__name__, str(exc), tb, getattr(exc, "call_report", None)
-
-
-def death(exitcode: int | None) -> str:
-    """How a process ended, from its exit code: `killed by signal SIGSEGV`, `exited with status 3`."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            return f"killed by signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with status {exitcode}"
-
-
-def _raise_child_error(payload) -> None:
-    kind, name, text, tb, report = payload
-    if kind == "modified":
-        raise guards.InputModified(text)
-    if kind == "value":  # keeps its meaning: a validation refusal (SPEC section 9)
-        exc = ValueError(text)
+def _reraise(raised: children.Raised) -> None:
+    """The sampler's exception, raised here with the meaning it had in the child."""
+    report = raised.attrs.get("call_report")
+    if raised.is_a(guards.InputModified):
+        raise guards.InputModified(raised.text)
+    device_fault = raised.is_a(guards.DeviceFault)
+    if raised.is_a(ValueError) and not device_fault:  # keeps its meaning: a validation refusal (SPEC section 9)
+        exc = ValueError(raised.text)
         exc.call_report = report
         raise exc
-    cls = guards.DeviceFault if kind == "device" else ChildError
-    exc = cls(f"{name}: {text}\n--- traceback in the sampler's process ---\n{tb}")
+    cls = guards.DeviceFault if device_fault else ChildError
+    exc = cls(f"{raised}\n--- traceback in the sampler's process ---\n{raised.traceback}")
     exc.call_report = report
     raise exc
 
@@ -160,46 +130,34 @@ class ChildSampler(RemoteSampler):
         self._longest = 0.0  # the longest answered call of this child
         self.start_timeout = start_timeout
         self.fresh_per_call = fresh_per_call
-        self._proc = self._conn = None
+        self._proc = None  # the child process (a children.Child), started on demand
         self._unvalidated_child = None
         self.record = record if record is not None else SamplerRecord.from_dict(self._start())
         self._unused = record is None  # a child started only to read the record: a sibling adopts it
 
     def _start(self, batch=None, kwargs=None) -> dict:
         """Start the child; with `batch` (a start on the first call), a load error is a crash of that call."""
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, args=(child, *self._args), daemon=True)
-        self._proc.start()
-        child.close()
-        self._conn = parent
-        status, payload = self._receive(self.start_timeout, "loading the sampler", batch, kwargs)
-        if status == "error":
-            name, text, _tb = payload
+        spec, sys_path, device_name, unvalidated = self._args
+        self._proc = children.Child(_SamplerServer, spec, device_name, unvalidated, sys_path=sys_path)
+        try:
+            return self._proc.start(self.start_timeout)
+        except children.ChildRaised as exc:
             self._stop()
-            message = f"sampler {self.spec!r} cannot be loaded in a child process: {name}: {text}"
+            message = f"sampler {self.spec!r} cannot be loaded in a child process: {exc.raised}"
             if batch is not None:  # never a ValueError here: a property would read it as a refusal
-                raise SamplerCrash(message, batch=batch, kwargs=kwargs)
-            raise ValueError(message)
-        return payload
+                raise SamplerCrash(message, batch=batch, kwargs=kwargs) from None
+            raise ValueError(message) from None
+        except children.ChildDied as exc:
+            raise self._lost(exc.death, "loading the sampler", batch, kwargs) from None
 
-    def _receive(self, timeout: float, what: str, batch=None, kwargs=None):
-        try:
-            ready = self._conn.poll(timeout)
-        except (EOFError, OSError):
-            ready = True
-        if not ready:
-            self._stop()
-            raise SamplerTimeout(f"the sampler did not return within {timeout:.4g} s ({what}); its process was killed",
-                                 batch=batch, kwargs=kwargs)
-        try:
-            return self._conn.recv()
-        except (EOFError, OSError):
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self._stop()
-            raise SamplerCrash(f"the sampler's process {death(code)} while {what}", batch=batch,
-                               kwargs=kwargs) from None
+    def _lost(self, death: children.Death, what: str, batch=None, kwargs=None, *, before: bool = False) -> SamplerDied:
+        """The failure of a call whose child died or hung while `what` (`before`: before the call was sent)."""
+        self._stop()
+        if death.hung:
+            return SamplerTimeout(f"the sampler did not return within {death.timeout:.4g} s ({what}); its process "
+                                  "was killed", batch=batch, kwargs=kwargs)
+        when = "before the call" if before else f"while {what}"
+        return SamplerCrash(f"the sampler's process {death} {when}", batch=batch, kwargs=kwargs)
 
     @property
     def name(self) -> str:
@@ -213,8 +171,8 @@ class ChildSampler(RemoteSampler):
                              unvalidated=unvalidated, start_timeout=self.start_timeout, record=self.record,
                              history=self._history,
                              fresh_per_call=self.fresh_per_call if fresh_per_call is None else fresh_per_call)
-        if self._unused and self._proc is not None and self._proc.is_alive():
-            other._proc, other._conn, self._proc, self._conn = self._proc, self._conn, None, None
+        if self._unused and self._proc is not None and self._proc.alive:
+            other._proc, self._proc = self._proc, None
         self._unused = False
         return other
 
@@ -234,33 +192,33 @@ class ChildSampler(RemoteSampler):
     def observed_call(self, batch, kwargs: dict, *, reseed: int | None = None):
         """`guards.observed_call` run in the child: `(output, CallReport)`."""
         self._unused = False
-        if self._proc is None or not self._proc.is_alive():
+        if self._proc is None or not self._proc.alive:
             self._stop()
             self._start(batch, kwargs)
         what = f"verifying a batch ({batch.summary()}{''.join(f', {k}={v!r}' for k, v in kwargs.items())})"
         try:
-            self._conn.send((batch, kwargs, reseed))
-        except (BrokenPipeError, OSError):
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self._stop()
-            raise SamplerCrash(f"the sampler's process {death(code)} before the call", batch=batch,
-                               kwargs=kwargs) from None
+            self._proc.send("call", batch, kwargs, reseed)
+        except children.ChildDied as exc:
+            raise self._lost(exc.death, "sending the call", batch, kwargs, before=True) from None
         limit, sent = self.call_limit(), time.monotonic()
         if limit < self.timeout:
             what += (f"; the limit of {self.timeout:g} s was shortened after an earlier call of this sampler hung "
                      "(--rs-timeout / --timeout)")
         try:
-            status, payload = self._receive(limit, what, batch, kwargs)
-        except SamplerTimeout:
-            self._history["hung"] = True
-            raise
+            answer = self._proc.receive(limit)[1]
+        except children.ChildDied as exc:
+            self._history["hung"] = self._history["hung"] or exc.death.hung
+            raise self._lost(exc.death, what, batch, kwargs) from None
+        except children.ChildRaised as exc:
+            answer, raised = None, exc.raised
+        else:
+            raised = None
         self._longest = max(self._longest, time.monotonic() - sent)
-        if self.fresh_per_call or (status == "error" and payload[0] == "device"):
+        if self.fresh_per_call or (raised is not None and raised.is_a(guards.DeviceFault)):
             self._stop()
-        if status == "error":
-            _raise_child_error(payload)
-        return payload
+        if raised is not None:
+            _reraise(raised)
+        return answer
 
     def call_limit(self) -> float:
         """Seconds the next call may take: the timeout, shortened once a call of this sampler hung."""
@@ -279,12 +237,9 @@ class ChildSampler(RemoteSampler):
         self._stop()
 
     def _stop(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(5)
-        if self._conn is not None:
-            self._conn.close()
-        self._proc = self._conn = None
+        if self._proc is not None:
+            self._proc.stop()
+        self._proc = None
 
     def __del__(self):
         try:

@@ -12,24 +12,23 @@ A worker that dies (the sampler run with `--isolate off` segfaults, say, or the 
 it for memory) fails only the property it was running, with a message naming the death
 (the signal or the exit status), and a fresh worker takes its place; the pending properties
 still run (pytest-xdist's `worker crashed while running ...` and its replacement worker are
-the model). The parent watches every worker's pipe and process sentinel at once
-(`multiprocessing.connection.wait`), so a death is seen as soon as it happens.
+the model). Workers are `rs_verify.harness.children.Child` processes: the parent watches every
+worker's pipe and process sentinel at once (`children.ready`), so a death is seen as soon as it
+happens.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import pickle
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
 from typing import Iterator
 
 from hypothesis import settings
 
 from ..properties.registry import PROPERTIES, by_cost
-from ..harness import device
+from ..harness import children, device
 from . import database, isolation, profiles, runner
 from .records import CRASH, ERROR, Failure, Outcome
 from ..harness.samplers import load_sampler
@@ -51,27 +50,34 @@ class Setup:
     options: dict = field(default_factory=dict)
 
 
-_WORKER: dict = {}
+class _WorkerServer:
+    """A worker's life (a `children.Child` server): set up once, then run the properties it is named.
 
+    A set-up that fails fails every property the worker is given, with the set-up's error."""
 
-def _start(setup: Setup) -> None:
-    device.resolve(setup.device)
-    profiles.load(setup.profile)
-    if setup.redis_url:
-        database.apply(setup.redis_url)
-    _WORKER["sampler"] = isolation.load(setup.sampler_spec, setup.isolate, timeout=setup.timeout,
-                                        device_name=setup.device)
-    _WORKER["reference"] = load_sampler(setup.reference_spec) if setup.reference_spec else None
-    _WORKER["setup"] = setup
+    def __init__(self, setup: Setup):
+        self.setup = setup
+        try:
+            device.resolve(setup.device)
+            profiles.load(setup.profile)
+            if setup.redis_url:
+                database.apply(setup.redis_url)
+            self.sampler = isolation.load(setup.sampler_spec, setup.isolate, timeout=setup.timeout,
+                                          device_name=setup.device)
+            self.reference = load_sampler(setup.reference_spec) if setup.reference_spec else None
+            self.broken = None
+        except BaseException as exc:  # noqa: BLE001 - every property this worker is given fails with it
+            self.broken = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
-
-def _run(name: str) -> Outcome:
-    setup: Setup = _WORKER["setup"]
-    ctx = runner.make_context(_WORKER["sampler"], _WORKER["reference"], profile=setup.profile, device=setup.device)
-    base = settings() if setup.max_examples is None else settings(max_examples=setup.max_examples)
-    return portable(runner.run(PROPERTIES[name], ctx, base, bundle_dir=setup.bundle_dir,
-                               sampler_spec=setup.sampler_spec, reference_spec=setup.reference_spec,
-                               options=setup.options))
+    def run(self, name: str) -> Outcome:
+        setup = self.setup
+        if self.broken:
+            return _failed(name, setup, f"the worker process could not set up: {self.broken}")
+        ctx = runner.make_context(self.sampler, self.reference, profile=setup.profile, device=setup.device)
+        base = settings() if setup.max_examples is None else settings(max_examples=setup.max_examples)
+        return portable(runner.run(PROPERTIES[name], ctx, base, bundle_dir=setup.bundle_dir,
+                                   sampler_spec=setup.sampler_spec, reference_spec=setup.reference_spec,
+                                   options=setup.options))
 
 
 def portable(outcome: Outcome) -> Outcome:
@@ -88,73 +94,29 @@ def portable(outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _worker(conn, setup: Setup) -> None:
-    """A worker's life: set up once, then run the properties named on `conn` until told to stop."""
-    try:
-        _start(setup)
-        ready = ("ready", "")
-    except BaseException as exc:  # noqa: BLE001 - every property this worker is given fails with it
-        ready = ("setup-error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    conn.send(ready)  # then one ("done", Outcome) per property
-    while True:
-        try:
-            name = conn.recv()
-        except (EOFError, OSError):
-            return
-        if name is None:
-            return
-        if ready[0] != "ready":
-            conn.send(("done", _failed(name, setup, f"the worker process could not set up: {ready[1]}")))
-            continue
-        try:
-            out = _run(name)
-        except BaseException as exc:  # noqa: BLE001 - the runner records failures; this is the suite's own error
-            out = _failed(name, setup, f"{type(exc).__name__} in the worker process: {exc}\n{traceback.format_exc()}")
-        conn.send(("done", out))
-
-
 def _failed(name: str, setup: Setup, message: str) -> Outcome:
     return Outcome(name, "failed", failure=Failure(property=name, sampler=setup.sampler_spec, kind=ERROR,
                                                    replayable=False, message=message))
 
 
 class _Worker:
-    """One spawned worker process, its end of the pipe and the property it is running (or None)."""
+    """One worker process (a `children.Child`) and the property it is running (or None)."""
 
-    def __init__(self, ctx, setup: Setup):
-        self.conn, child = ctx.Pipe()
+    def __init__(self, setup: Setup):
         # Not a daemon: it starts the sampler's child processes. It ends when told to, when killed by
         # `stop`, or when its pipe closes (the parent is gone).
-        self.proc = ctx.Process(target=_worker, args=(child, setup))
-        self.proc.start()
-        child.close()
+        self.child = children.Child(_WorkerServer, setup, daemon=False)
         self.task: str | None = None
-        self.ready = False  # its set-up message has arrived
 
     def assign(self, name: str) -> None:
         self.task = name
         try:
-            self.conn.send(name)  # queued in the pipe until the worker has set up
-        except OSError:  # it died already: its sentinel reports it, and the task fails with the death
+            self.child.send("run", name)  # queued in the pipe until the worker has set up
+        except children.ChildDied:  # it died already: its sentinel reports it, and the task fails with the death
             pass
-
-    def receive(self):
-        """The worker's next message, or None when its pipe is closed (the process died)."""
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError):
-            return None
 
     def stop(self) -> None:
-        try:
-            self.conn.send(None)
-        except (OSError, ValueError):
-            pass
-        self.proc.join(5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
-        self.conn.close()
+        self.child.stop(grace=children.JOIN_SECONDS)
 
 
 def run_parallel(names: list[str], setup: Setup, jobs: int) -> Iterator[Outcome]:
@@ -162,46 +124,47 @@ def run_parallel(names: list[str], setup: Setup, jobs: int) -> Iterator[Outcome]
 
     A worker that dies fails the property it was running (CRASH, with the signal) and is
     replaced while properties are still pending."""
-    spawn = multiprocessing.get_context("spawn")
     pending = deque(reversed(by_cost(names)))
-    workers = [_Worker(spawn, setup) for _ in range(min(max(1, jobs), len(pending)))]
+    workers = [_Worker(setup) for _ in range(min(max(1, jobs), len(pending)))]
     try:
         for w in workers:
             if pending:
                 w.assign(pending.popleft())
         while any(w.task is not None for w in workers):
             busy = [w for w in workers if w.task is not None]
-            ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
+            answered = children.ready([w.child for w in busy])
             for w in busy:
-                if w.conn not in ready and w.proc.sentinel not in ready:
+                if w.child not in answered:
                     continue
-                message = w.receive() if w.conn.poll() or not w.proc.is_alive() else ("idle", "")
-                if message is None:  # the pipe closed: the worker died running its task
+                try:
+                    kind, outcome = w.child.receive()
+                except children.ChildDied as exc:  # the worker died running its task
                     name, w.task = w.task, None
-                    yield _died(name, setup, w)
+                    yield _died(name, setup, w, exc.death)
                     w.stop()
                     workers.remove(w)
                     if pending:  # a fresh worker takes its place
-                        workers.append(_Worker(spawn, setup))
+                        workers.append(_Worker(setup))
                         workers[-1].assign(pending.popleft())
-                elif message[0] == "done":
+                    continue
+                except children.ChildRaised as exc:  # the suite's own error, not the property's
+                    kind, outcome = "ok", _failed(w.task, setup, f"{exc.raised.name} in the worker process: "
+                                                                 f"{exc.raised.text}\n{exc.raised.traceback}")
+                if kind == "ok":
                     w.task = None
-                    yield message[1]
+                    yield outcome
                     if pending:
                         w.assign(pending.popleft())
-                elif message[0] in ("ready", "setup-error"):
-                    w.ready = True
     finally:
         for w in workers:
             w.stop()
 
 
-def _died(name: str, setup: Setup, worker: _Worker) -> Outcome:
-    worker.proc.join(5)
-    what = "while running this property" if worker.ready else "while setting up (loading the sampler)"
+def _died(name: str, setup: Setup, worker: _Worker, death: children.Death) -> Outcome:
+    what = "while running this property" if worker.child.ready else "while setting up (loading the sampler)"
     return Outcome(name, "failed", failure=Failure(
         property=name, sampler=setup.sampler_spec, kind=CRASH, replayable=False,
-        message=f"WorkerCrash: the worker process {isolation.death(worker.proc.exitcode)} {what} (rs-verify check "
+        message=f"WorkerCrash: the worker process {death} {what} (rs-verify check "
                 f"--jobs); a fresh worker took its place for the pending properties" + (
                     ". With --isolate off the sampler runs in the worker itself: --isolate property keeps a crash "
                     "of the sampler in a child of its own and records its batch" if setup.isolate == "off" else "")))

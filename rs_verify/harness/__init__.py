@@ -9,6 +9,8 @@
 - `device`: the one backend choice (CUDA or Triton's interpreter).
 - `failure`: `PropertyFailure`, the failure type every property raises.
 - `context`: `Context`, what a property runs against, and the capabilities it offers.
+- `children`: work in a spawned child process (one command channel, one message shape, one way
+  to read a death), shared by the isolated sampler, the worker pool and `timing`.
 
 Imports the contract only (and torch or triton lazily, where a check needs them).
 """

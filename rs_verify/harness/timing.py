@@ -1,8 +1,8 @@
 """Timing two versions of a sampler on the same batches, in one run (the regression gate's speed check).
 
-Each version runs in a spawned process of its own, loaded by `(spec, sys_path)` (the baseline's
-`Baseline.loader`; `(spec, [])` for the sampler under test), so both are timed the same way and
-two versions of one package can run side by side. Each process receives the benchmark batches
+Each version runs in a spawned process of its own (a `children.Child`), loaded by
+`(spec, sys_path)` (the baseline's `Baseline.loader`; `(spec, [])` for the sampler under test),
+so both are timed the same way and two versions of one package can run side by side. Each process receives the benchmark batches
 once and warms up on every one of them (`warmup` calls, not counted: compilation, autotuning,
 allocator growth). Then the parent alternates between the two versions, batch by batch,
 `repeats` times, so that drift of the machine (clocks, other load) hits both alike. A timed
@@ -19,14 +19,11 @@ The comparison is the ratio of medians, changed over baseline, per batch and mea
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import statistics
-import sys
 import time
-import traceback
 from dataclasses import dataclass
 
-from . import device as devices
+from . import children, device as devices
 from .record import record_of
 from .samplers import load_sampler
 
@@ -81,74 +78,57 @@ def _time_call(sampler, batch, kwargs, on_cuda: bool) -> tuple[float, float | No
         return wall, None, f"device time not measured: torch.profiler failed ({type(exc).__name__}: {exc})"
 
 
-def _child(conn, spec: str, sys_path: list[str], requested_device: str | None) -> None:
-    sys.path[:0] = sys_path
-    try:
-        on_cuda = devices.resolve(requested_device) == "cuda"
-        sampler = load_sampler(spec)
-        conn.send(("ok", record_of(sampler).name))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        return
-    work = []
-    while True:
-        try:
-            command, arg = conn.recv()
-        except EOFError:
-            return
-        try:
-            if command == "batches":
-                work, warmup = arg
-                for batch, kwargs in work:
-                    for _ in range(warmup):
-                        sampler(batch, **kwargs)
-                reply = None
-            else:
-                batch, kwargs = work[arg]
-                reply = _time_call(sampler, batch, kwargs, on_cuda)
-            conn.send(("ok", reply))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-            conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+class _Timer:
+    """One version's timing process (a `children.Child` server): the sampler, loaded after the
+    suite's backend choice; `batches` sends the benchmark batches once and warms up on each, and
+    `time` times one of them."""
+
+    def __init__(self, spec: str, requested_device: str | None):
+        self.on_cuda = devices.resolve(requested_device) == "cuda"
+        self.sampler = load_sampler(spec)
+        self.hello = record_of(self.sampler).name
+        self.work = []
+
+    def batches(self, work: list, warmup: int) -> None:
+        self.work = work
+        for batch, kwargs in work:
+            for _ in range(warmup):
+                self.sampler(batch, **kwargs)
+
+    def time(self, index: int):
+        batch, kwargs = self.work[index]
+        return _time_call(self.sampler, batch, kwargs, self.on_cuda)
 
 
 class _Version:
-    """One version's timing process."""
+    """One version's timing process, asked through its pipe."""
 
     def __init__(self, what: str, loader: tuple, device: str | None, timeout: float):
         self.what, self.timeout = what, timeout
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
         spec, sys_path = loader
-        self._proc = ctx.Process(target=_child, args=(child, spec, list(sys_path), device), daemon=True)
-        self._proc.start()
-        child.close()
-        self.name = self._ask(None, "loading")
+        self._child = children.Child(_Timer, spec, device, sys_path=sys_path)
+        self.name = self._ask("loading", None)
 
-    def _ask(self, message, doing: str):
-        if message is not None:
-            self._conn.send(message)
-        if not self._conn.poll(self.timeout):
-            raise TimingError(f"{self.what}: no answer within {self.timeout:g} s while {doing}")
+    def _ask(self, doing: str, command: str | None, *args):
+        """The answer to `command` (None: the loaded sampler's name); a failure raises TimingError."""
         try:
-            status, payload = self._conn.recv()
-        except (EOFError, OSError):
-            self._proc.join(5)
-            raise TimingError(f"{self.what}: its process exited ({self._proc.exitcode}) while {doing}") from None
-        if status != "ok":
-            raise TimingError(f"{self.what}: {payload}")
-        return payload
+            if command is None:
+                return self._child.start(self.timeout)
+            return self._child.ask(command, *args, timeout=self.timeout)
+        except children.ChildDied as exc:
+            raise TimingError(f"{self.what}: its process {exc.death} while {doing}") from None
+        except children.ChildRaised as exc:  # a load error without its traceback, a call's with it
+            tb = f"\n{exc.raised.traceback}" if command is not None else ""
+            raise TimingError(f"{self.what}: {exc.raised}{tb}") from None
 
     def load(self, work, warmup: int) -> None:
-        self._ask(("batches", (work, warmup)), "warming up")
+        self._ask("warming up", "batches", work, warmup)
 
     def time(self, index: int, label: str):
-        return self._ask(("time", index), f"timing batch {label!r}")
+        return self._ask(f"timing batch {label!r}", "time", index)
 
     def close(self) -> None:
-        if self._proc.is_alive():
-            self._proc.kill()
-        self._proc.join(5)
-        self._conn.close()
+        self._child.stop()
 
 
 def time_versions(changed: tuple, baseline: tuple, batches: list, *, device: str | None = None,
