@@ -10,7 +10,7 @@ examples, each with its reseeded copies), compares two rules for the scale `L`:
 
 It reports the share of stochastic acceptance tests whose tolerance `eps * L` is at least 1 nat,
 and the failures a planted draft-temperature bug (the reference mutant
-`ref_own_rng_draft_temperature_ignored`, run with the SPEC streams) keeps under each rule, on
+`ref_own_rng_draft_temperature_ignored`, run with the triton-philox streams) keeps under each rule, on
 the drawn batches and on the same batches with one never-sampled filler token (logit -1e4)
 appended to every target and draft row.
 

@@ -17,7 +17,7 @@ from rs_verify.triton_sampler import TritonSampler
 class Faithful:
     name = "triton-wrapped"
     supports_chunking = True
-    streams = "spec"
+    streams = "triton-philox"
     memory_stats = True
     verification_methods = frozenset({"token", "block"})
     sampling_params = frozenset({"min_p", "top_k", "top_p"})

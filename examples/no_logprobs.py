@@ -11,7 +11,7 @@ from rs_verify.triton_sampler import TritonSampler
 class NoLogprobsSampler:
     name = "triton-no-logprobs"
     supports_chunking = True
-    streams = "spec"
+    streams = "triton-philox"
     supports_logprobs = False
 
     def __init__(self):

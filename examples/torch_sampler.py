@@ -3,8 +3,8 @@
 This is what a project gated by rs-verify looks like from the outside: it imports
 `SpecBatch`, `SamplerOutput`, `LogprobsTensors` and `validate` from `rs_verify` and
 nothing else of the project. It implements SPEC sections 2-6 exactly, including the
-random streams of section 3 (Philox-4x32-10, written here in int64 torch arithmetic), so
-it declares `streams = "spec"` and is certified against the reference. It has no internal
+random streams of section 3a (Philox-4x32-10, written here in int64 torch arithmetic), so
+it declares `streams = "triton-philox"` and is certified against the reference. It has no internal
 chunking (`supports_chunking = False`); the suite chunks it from outside.
 
 Gate it with:  pytest -p rs_verify --rs-sampler=examples.torch_sampler:TorchSampler
@@ -118,7 +118,7 @@ class TorchSampler:
     """
 
     name = "torch"
-    streams = "spec"
+    streams = "triton-philox"
     supports_chunking = False
 
     def __init__(self, *, validate: bool = True, device: str = "cpu"):

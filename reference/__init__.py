@@ -1,13 +1,14 @@
 """The NumPy float64 reference sampler, the oracle of rs-verify (SPEC sections 2-6 and 8).
 
-`ReferenceSampler` verifies a `SpecBatch` in float64 with the SPEC random streams
-(`rs_verify.contract.philox`, bit for bit Triton's `tl.rand` / `tl.randint`) and can
+`ReferenceSampler` verifies a `SpecBatch` in float64 with the random numbers of a stream
+family (`rs_verify.contract.streams`; by default `triton-philox`, bit for bit Triton's
+`tl.rand` / `tl.randint`; certification gives it the sampler's declared family) and can
 report every decision with its margin and tolerance scale (`verify_with_trace`).
 Imports only NumPy and the batch contract: never torch, triton or the Triton sampler.
 
 Modules, by what they hold:
 - `logits`: processed logits and float64 probabilities (SPEC section 2);
-- `streams`: acceptance uniforms and Gumbel noise from the Philox streams (section 3);
+- `streams`: acceptance uniforms and Gumbel noise of a batch's rows in a stream family (section 3);
 - `masks`: the sampling-parameter masks of a slab and their near-tie decisions (section 2);
 - `block`: block verification of a slab's stochastic requests (section 4b);
 - `slab`: verification of a slab of whole requests, vectorized (section 4);

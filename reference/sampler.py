@@ -1,7 +1,8 @@
 """The float64 reference sampler: the oracle of the suite (SPEC sections 2-6 and 8).
 
-Every decision is taken in float64 from the exact float32 uniforms of the SPEC
-random streams (`rs_verify.contract.philox`) and can be reported with its margin
+Every decision is taken in float64 from the exact float32 uniforms of a stream family
+(SPEC section 3; `rs_verify.contract.streams`: `triton-philox` unless another is given, as
+certification gives the sampler's own) and can be reported with its margin
 (`verify_with_trace`). A batch is verified in slabs of whole requests
 (`reference.slab`), so memory stays bounded.
 """
@@ -14,6 +15,8 @@ from rs_verify.contract import methods
 from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
 from rs_verify.contract.masks import state_params
+from rs_verify.contract.streams import StreamFamily, family as family_of, registered
+from rs_verify.contract.triton_philox import TRITON_PHILOX
 from rs_verify.contract.validation import check_structure, validate as validate_batch
 
 from .masks import check_flips
@@ -34,20 +37,33 @@ class ReferenceSampler:
       so, unlike a production sampler, the oracle offers no `unvalidated()` (SPEC section 10).
     - `slab_elems`: float64 elements per working array; slabs of whole requests
       of at most `max(1, slab_elems // V)` rows are verified one at a time.
+    - `streams`: the stream family whose random numbers it draws (a registered name or a
+      `StreamFamily` record, SPEC section 3); `with_streams` gives a copy drawing another's.
     """
 
     name = "reference"
     supports_chunking = True
-    streams = "spec"
+    streams = TRITON_PHILOX.name  # the default; an instance declares its own family
     verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})  # SPEC sections 4 and 4b
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
-    def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS):
+    def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS,
+                 streams: StreamFamily | str = TRITON_PHILOX):
         self.validate = bool(validate)
         self.slab_elems = int(slab_elems)
+        self.family = family_of(streams)
+        # The declaration (SPEC section 10): a shipped family by name, another as its record.
+        self.streams = self.family.name if registered(self.family) else self.family
 
     def __repr__(self) -> str:
-        return f"ReferenceSampler(validate={self.validate})"
+        extra = "" if self.family is TRITON_PHILOX else f", streams={self.family.name!r}"
+        return f"ReferenceSampler(validate={self.validate}{extra})"
+
+    def with_streams(self, streams: StreamFamily | str) -> "ReferenceSampler":
+        """This reference drawing the random numbers of `streams` instead (itself when they are its own)."""
+        if family_of(streams) is self.family:
+            return self
+        return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams)
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         """Verify `batch` (SPEC sections 4-6); `max_chunk_logits` None: the whole batch at once."""
@@ -77,7 +93,7 @@ class ReferenceSampler:
         k1 = batch.num_speculative_steps + 1
         sampled = np.empty((batch.num_reqs, k1), dtype=np.int64)
         num = np.empty(batch.num_reqs, dtype=np.int32)
-        shared = BatchArrays(batch)
+        shared = BatchArrays(batch, self.family)
         lp_parts, traces = [], []
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ra, rb in iter_request_chunks(cu, rows_cap):
@@ -95,10 +111,11 @@ class ReferenceSampler:
 class BatchArrays:
     """The batch's arrays as the slabs read them (draft logits flattened to `[S * K, Vd]` once);
     `params`: the sampling parameters per state, None when none is on (SPEC section 2); `block`:
-    stochastic requests verify as a block (section 4b)."""
+    stochastic requests verify as a block (section 4b); `family`: the stream family (section 3)."""
 
-    def __init__(self, batch: SpecBatch):
+    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX):
         self.batch = batch
+        self.family = family
         self.k = batch.num_speculative_steps
         self.v = batch.vocab_size
         self.vp = batch.effective_vocab_size

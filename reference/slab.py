@@ -7,7 +7,7 @@
 3. each request's first rejection `t_r` by a segmented minimum; with block
    verification, stochastic requests take `tau` from `reference.block` instead;
 4. one resample/bonus pass: one row of `V'` Gumbel noises per request,
-   `argmax_x (log r(x) + G_x)` (a block residual: `max(P_{tau-1} p - q, 0)`).
+   `argmax_x (log r(x) + G_x)`, `G` from the sampler's stream family (a block residual: `max(P_{tau-1} p - q, 0)`).
 
 Residual scores use the unnormalized `log max(p - q, 0)`: a per-row constant
 changes no argmax and no gap. The big temporaries are `Scratch` arrays (reused
@@ -24,7 +24,6 @@ from .block import block_decisions, verify_block
 from .logits import divide, row_layout, softmax_parts
 from .logprobs import slab_logprobs
 from .masks import mask_decisions, mask_slab
-from .streams import log_exponential_noise, row_uniforms
 from .trace import slab_traces, token_scale
 
 __all__ = ["Slab", "accept", "resample", "verify_slab"]
@@ -35,7 +34,7 @@ _ACC_Y = Scratch("reference acceptance: float64 softmax work array")
 _ACC_Q = Scratch("reference acceptance: processed draft logits")
 _RES_Z = Scratch("reference resample: z of the final rows")
 _RES_BASE = Scratch("reference resample: log p, then the scores")
-_RES_E = Scratch("reference resample: exp(z - max), then the noise log E")
+_RES_E = Scratch("reference resample: exp(z - max), then the noise G")
 _RES_Q = Scratch("reference resample: processed draft logits of rejected rows")
 _RES_EQ = Scratch("reference resample: q of rejected rows")
 _RES_R = Scratch("reference resample: residual max(p - q, 0)")
@@ -158,7 +157,7 @@ def accept(slab: Slab, rows, valid, d) -> dict:
     y = _ACC_Y(zt.shape, np.float64)
     m, _, _, s = softmax_parts(zt, y, None)
     logp = _at(zt, d) - m - np.log(s)
-    u = row_uniforms(slab.seeds[slab.req[rows]], slab.pos[rows])
+    u = slab.b.family.uniforms(slab.seeds[slab.req[rows]], slab.pos[rows])
     logu = np.log(u.astype(np.float64))
     out = {}
     if slab.b.draft is not None:
@@ -224,14 +223,14 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
             if slab.trace:
                 out.update(mass=np.exp(logr).sum(axis=1), logq=None)
             base[rej[keep]] = logr[keep]
-    noise = log_exponential_noise(slab.seeds[reqs], slab.pos[rows], e)  # e is free again
+    noise = slab.b.family.gumbel(slab.seeds[reqs], slab.pos[rows], vp, out=e)  # e is free again
     scores = base
-    scores -= noise  # log r(x) + G_x, G_x = -log E_x
+    scores += noise  # log r(x) + G_x
     out["tokens"] = np.argmax(scores, axis=1)
     if slab.trace:
         index = np.full(nr, -1, dtype=np.int64)
         index[rej] = np.arange(rej.size)
-        out.update(scores=scores.copy(), noise=np.negative(noise), resid_index=index)
+        out.update(scores=scores.copy(), noise=noise.copy(), resid_index=index)
         out.setdefault("mass", np.zeros(0))
         out.setdefault("logq", None)
     return out

@@ -13,18 +13,22 @@ Two families:
   acceptance probability `min(1, p(d) / q(d))` then spreads over (0, 1], where the
   uniform `u` decides.
 
-Imports only NumPy and the contract (Philox streams, processed logits).
+Imports only NumPy and the contract (the triton-philox stream family, processed logits).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.contract import philox, probs
+from rs_verify.contract import probs
+from rs_verify.contract.triton_philox import TRITON_PHILOX
 
 from .logits import logits_rows, mask_rows, round_to_dtype, softmax_head
 
 DRAFT_SALT = 2**30  # the drafter's stream: SPEC noise at pos + 2**30
+# The drafter is the suite's, not the sampler's: its salted stream is triton-philox noise whatever
+# family the sampler declares (independent of the sampler's own noise either way).
+DRAFTER_STREAMS = TRITON_PHILOX
 NEGATIVE_IDS = (-2, -3, -(2**31), -(2**63))  # padded ids other than -1 (plus -V' - 1)
 
 
@@ -36,18 +40,14 @@ def salted_positions(pos) -> np.ndarray:
 
 def gumbel_max_drafts(logq: np.ndarray, seeds, pos) -> np.ndarray:
     """Per row, `argmax_x (log q(x) + G_x)`: a draw from `q` (float64 `[n, V']`, `-inf` for
-    q = 0) with the SPEC section 3 resampling noise of `(seed, pos + 2**30)`.
-
-    `G_x = -log(-log(1 - v_x))`, `v_x = max(rand(randint(seed, pos + 2**30), x), TINY)`.
+    q = 0) with the resampling noise `G_x` of `DRAFTER_STREAMS` at `(seed, pos + 2**30)`.
     """
     logq = np.asarray(logq, dtype=np.float64)
     n, v = logq.shape
     if n == 0:
         return np.zeros(0, np.int64)
-    g = philox.randint(np.asarray(seeds, dtype=np.int64).reshape(n), salted_positions(pos).reshape(n))
-    u = philox.rand(g[:, None], np.arange(v, dtype=np.int32)[None, :])
-    u = np.maximum(u, philox.TINY).astype(np.float64)
-    return np.argmax(logq - np.log(-np.log1p(-u)), axis=1).astype(np.int64)
+    g = DRAFTER_STREAMS.gumbel(np.asarray(seeds, dtype=np.int64).reshape(n), salted_positions(pos).reshape(n), v)
+    return np.argmax(logq + g, axis=1).astype(np.int64)
 
 
 def log_softmax_processed(rows: np.ndarray, t: float) -> np.ndarray:

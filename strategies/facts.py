@@ -16,9 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from rs_verify.contract import block as spec_block
-from rs_verify.contract import philox, probs
+from rs_verify.contract import probs
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.masks import MaskResult, RowParams, apply_masks, batch_masks
+from rs_verify.contract.triton_philox import TRITON_PHILOX
+
+# The stream family whose uniforms the strategies plant decisions at and label with. Its acceptance
+# uniform is also that of SPEC 3b (murmur3), so the planted near-ties hold for both families.
+STREAMS = TRITON_PHILOX
 from rs_verify.contract.methods import BLOCK
 
 
@@ -58,16 +63,13 @@ class Facts:
 
 
 def uniforms(seeds, pos) -> np.ndarray:
-    """SPEC section 3's acceptance uniforms `max(rand(seed, pos), TINY)` as float64."""
-    return np.maximum(philox.rand(np.asarray(seeds, np.int64), np.asarray(pos, np.int64)), philox.TINY).astype(
-        np.float64)
+    """SPEC section 3's acceptance uniforms of `STREAMS` as float64."""
+    return STREAMS.uniforms(seeds, pos).astype(np.float64)
 
 
 def gumbel_noise(seed, pos, v: int) -> np.ndarray:
-    """SPEC section 3's resampling noise `G_x` of one row (float64 `[v]`)."""
-    g = philox.randint(np.asarray([seed], np.int64), np.asarray([pos], np.int64))
-    w = np.maximum(philox.rand(g[:, None], np.arange(v, dtype=np.int32)[None, :]), philox.TINY)
-    return -np.log(-np.log1p(-w[0].astype(np.float64)))
+    """SPEC section 3's resampling noise `G_x` of one row in `STREAMS` (float64 `[v]`)."""
+    return STREAMS.gumbel([seed], [pos], v)[0]
 
 
 def masked_rows(rows, t: float, params: tuple, v: int) -> tuple[np.ndarray, MaskResult]:

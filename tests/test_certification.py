@@ -64,7 +64,7 @@ def _failures(sampler, batch, reference) -> int:
 
 def test_filler_token_keeps_draft_temperature_failures(reference):
     """A draft-temperature bug (q = softmax(draft) instead of softmax(draft / T), planted in memory in a copy of
-    the reference that keeps the SPEC streams) fails just as often with a never-sampled -1e4 token in every row.
+    the reference that keeps the triton-philox streams) fails just as often with a never-sampled -1e4 token in every row.
     Under the old rule (L = the largest |z| of the row) the filler made L >= 1e4 / T and excused most of them."""
     mutant = by_name("ref_own_rng_draft_temperature_ignored").load().ReferenceSampler()
     plain = [_failures(mutant, model_draft_batch(s, filler=False), reference) for s in range(3)]

@@ -521,7 +521,7 @@ def test_small_slabs_match():
 
 def test_protocol_and_validation():
     assert (ReferenceSampler.name, ReferenceSampler.supports_chunking, ReferenceSampler.streams) == (
-        "reference", True, "spec")
+        "reference", True, "triton-philox")
     b = random_batch(14, reqs=3)
     bad = b.replace(pos=-np.asarray(b.pos) - 1)
     with pytest.raises(ValueError, match="pos"):

@@ -4,7 +4,7 @@ Runs under the Triton interpreter on CPU (block_v=16, so vocabularies of 33
 and 40 take multi-block reductions) and compiled on GPU. Each case has a
 handful of programs: the whole file stays well under two minutes on CPU. Masks (SPEC 2) are
 read from processed logprobs of the whole vocabulary (a masked token's is -inf); block
-verification's (SPEC 4b) uniforms come from the SPEC's Philox streams.
+verification's (SPEC 4b) uniforms come from the triton-philox stream family (SPEC 3a).
 """
 
 import numpy as np

@@ -80,7 +80,7 @@ def test_adapter_equals_builtin_sampler(adapter, triton_sampler, batch):
 
 def test_declared_capabilities(adapter):
     assert adapter.supports_logprobs is False and adapter.supports_chunking is False
-    assert adapter.streams == "spec" and adapter.interpreted == (adapter.device.type != "cuda")
+    assert adapter.streams == "triton-philox" and adapter.interpreted == (adapter.device.type != "cuda")
     assert adapter.verification_methods == {"token", "block"} and adapter.sampling_params == frozenset()
     raw = adapter.unvalidated()
     assert raw.validate is False and raw.rejection_sample is adapter.rejection_sample

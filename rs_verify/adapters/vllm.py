@@ -39,7 +39,7 @@ What the adapter does in vLLM's place:
 Declared capabilities (SPEC section 10): no logprobs (`supports_logprobs = False`: vLLM computes
 them outside `rejection_sample`, and logprobs made here would test the adapter), no internal
 chunking (vLLM chunks in `RejectionSampler._verify_in_chunks`; the suite chunks from outside),
-`streams = "spec"` (vLLM's Philox streams are the SPEC's), every draft mode and logits dtype,
+`streams = "triton-philox"` (vLLM's Philox streams, SPEC 3a), every draft mode and logits dtype,
 no sampling parameters (`sampling_params` is empty: vLLM applies top-k / top-p / min-p in
 `Sampler.apply_sampling_params`, outside `rejection_sample`; docs/vllm.md says what gating that
 would take). On a machine without CUDA the kernels run under Triton's interpreter (`interpreted = True`).
@@ -106,7 +106,7 @@ class VllmSampler:
 
     name = "vllm-mrv2"
     supports_chunking = False
-    streams = "spec"
+    streams = "triton-philox"
     supports_logprobs = False
     draft_modes = frozenset({"model", "one_hot"})
     logits_dtypes = frozenset({"float32", "bfloat16", "float16"})

@@ -8,7 +8,7 @@ With `--rs-sampler=module:attribute` (or `--rs-gate` for the built-in Triton sam
 plugin adds one test item per registered property, `rs-verify::<property>`, in registry
 order (deterministic, so pytest-xdist can distribute them, also across hosts). Each item
 runs `rs_verify.engine.runner` for that property and skips, with the runner's reason, properties
-the sampler cannot take (internal chunking, SPEC streams, ...). The sampler runs in a child
+the sampler cannot take (internal chunking, a stream family the reference draws, ...). The sampler runs in a child
 process per property (`--rs-isolate`, `rs_verify.engine.isolation`): a crash or a hang fails
 that item, with the batch, and the session goes on. A failing item writes a failure bundle
 (`--rs-bundle-dir`) and prints `rs-verify replay <bundle>`; the terminal summary lists the

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..contract import methods
 from .handle import SamplerUnderTest, as_sampler
-from .record import SamplerRecord
+from .record import SamplerRecord, record_of
 
 
 @dataclass
@@ -42,6 +42,23 @@ class Context:
     def count(self, key: str, n: int = 1) -> None:
         self.stats[key] = self.stats.get(key, 0) + n
 
+    @property
+    def oracle(self):
+        """The reference drawing the sampler's declared stream family (SPEC sections 3 and 8), or None:
+        no reference, a sampler with its own streams, or a reference that cannot draw that family."""
+        return certifying_reference(self.reference, self.record)
+
+
+def certifying_reference(reference, record: SamplerRecord | None):
+    """`reference` bound to `record`'s stream family: its `with_streams(family)` when it offers one,
+    else itself when it declares that family, else None."""
+    if reference is None or record is None or record.family is None:
+        return None
+    bind = getattr(reference, "with_streams", None)
+    if callable(bind):
+        return bind(record.family)
+    return reference if record_of(reference).family is record.family else None
+
 
 def capabilities(ctx: Context) -> set[str]:
     """What the context offers a property (keys of `rs_verify.properties.registry.NEEDS`)."""
@@ -57,8 +74,8 @@ def capabilities(ctx: Context) -> set[str]:
         return caps
     if rec.supports_chunking:
         caps.add("chunking")
-    if rec.spec_streams:
-        caps.add("spec_streams")
+    if ctx.oracle is not None:
+        caps.add("certifiable_streams")
     if rec.memory_stats:
         caps.add("memory_stats")
     if rec.has_unvalidated:

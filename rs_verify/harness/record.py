@@ -6,7 +6,9 @@ capabilities as typed fields). An isolated sampler's child builds the record whe
 sampler lives and sends exactly `SamplerRecord.to_dict()`; the parent rebuilds it with
 `from_dict`, so a sampler run in process and the same sampler run in a child are seen alike.
 
-Declarations (defaults in brackets): `name` [the class name], `streams` ["own"],
+Declarations (defaults in brackets): `name` [the class name], `streams` ["own"; a stream
+family: a registered name, `"spec"` (read as `"triton-philox"`), a `module:attribute` path of a
+`StreamFamily` record, or the record itself (SPEC 3d)],
 `supports_chunking` [False], `supports_logprobs` [True], `draft_modes` [{"model", "one_hot"}],
 `logits_dtypes` [all three], `min_spec_steps` [0], `verification_methods` [{"token"}],
 `sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
@@ -19,13 +21,13 @@ from __future__ import annotations
 
 import sys
 import types
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 from ..contract import methods
+from ..contract import streams as stream_families
 from . import device
 
-STREAMS = ("spec", "own")
 EXERCISED_NAMES = {**{m.name: m.titled for m in methods.OFFERED}, "min_p": "min-p (SPEC section 2)",
                    "top_k": "top-k (SPEC section 2)", "top_p": "top-p (SPEC section 2)"}
 DECLARED_INTERPRETED = "declared"
@@ -42,7 +44,8 @@ class SamplerRecord:
 
     name: str
     loaded_as: str | None = None  # how to load it again (`module:attribute` or a built-in name)
-    streams: str = "own"
+    # "own", a registered family's name, or a StreamFamily record the suite does not ship (SPEC 3d)
+    streams: str | stream_families.StreamFamily = stream_families.OWN
     supports_chunking: bool = False
     supports_logprobs: bool = True
     draft_modes: frozenset = frozenset(DRAFT_MODES)
@@ -74,8 +77,7 @@ class SamplerRecord:
             raise DeclarationError(f"{who}: verification_methods {sorted(self.verification_methods)} must include "
                                    f"{base.name!r} (SPEC section {base.section}: "
                                    f"{', '.join(m.label for m in methods.OFFERED)} is offered besides it)")
-        if self.streams not in STREAMS:
-            raise DeclarationError(f"{who}: streams must be one of {list(STREAMS)}, not {self.streams!r}")
+        object.__setattr__(self, "streams", _stream_declaration(who, self.streams))
         k = self.min_spec_steps
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
@@ -86,8 +88,10 @@ class SamplerRecord:
     # -- what the suite draws and reports ---------------------------------------------
 
     @property
-    def spec_streams(self) -> bool:
-        return self.streams == "spec"
+    def family(self) -> stream_families.StreamFamily | None:
+        """The declared stream family's record, None for `own` (SPEC section 10)."""
+        s = self.streams
+        return None if s == stream_families.OWN else stream_families.family(s)
 
     def strategy_kwargs(self) -> dict:
         """Keyword arguments that restrict the batch strategies to what the sampler declares: the one
@@ -175,10 +179,18 @@ class SamplerRecord:
 
     def to_dict(self) -> dict:
         """Plain values only (sets as sorted lists): what an isolated sampler's child sends."""
-        out = asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         for f in fields(self):
             if isinstance(out[f.name], frozenset):
                 out[f.name] = sorted(out[f.name])
+        if isinstance(self.streams, stream_families.StreamFamily):  # travels by its module:attribute path
+            path = stream_families.family_path(self.streams)
+            if path is None:
+                raise DeclarationError(
+                    f"sampler {self.name}: its stream family {self.streams.name!r} is not registered and no module "
+                    "attribute holds it, so it cannot cross a process boundary: define it at module level (or "
+                    "register it with rs_verify.contract.streams.register)")
+            out["streams"] = path
         return out
 
     @classmethod
@@ -188,6 +200,20 @@ class SamplerRecord:
 
     def replace(self, **changes) -> "SamplerRecord":
         return type(self)(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+
+
+def _stream_declaration(who: str, declared):
+    """`own`, a registered family's canonical name, or an unregistered `StreamFamily` record."""
+    if declared == stream_families.OWN:
+        return declared
+    if not isinstance(declared, (str, stream_families.StreamFamily)):
+        raise DeclarationError(f"{who}: streams must be a stream family's name, a StreamFamily record or "
+                               f"{stream_families.OWN!r}, not {declared!r}")
+    try:
+        fam = stream_families.family(declared)
+    except (KeyError, ImportError, AttributeError) as exc:
+        raise DeclarationError(f"{who}: streams {declared!r}: {exc}") from exc
+    return fam.name if stream_families.registered(fam) else fam
 
 
 # -- the one reader of a sampler's attributes ------------------------------------------

@@ -112,14 +112,18 @@ def _certify(ctx, batch: SpecBatch, out: SamplerOutput, diffs: list[RequestDiff]
     """Certified mode: each differing request of `out` must pass certification against the
     reference (SPEC section 8). Returns the number of excused divergences; raises otherwise."""
     listing = "\n".join(d.describe(batch) for d in diffs)
-    if ctx.reference is None or not ctx.record.spec_streams:
-        why = "no reference sampler was given" if ctx.reference is None else "the sampler does not use the SPEC streams"
+    oracle = ctx.oracle
+    if oracle is None:
+        fam = ctx.record.family
+        why = ("no reference sampler was given" if ctx.reference is None
+               else "the sampler has its own random streams (streams = 'own')" if fam is None
+               else f"the reference cannot draw the sampler's stream family {fam.name!r}")
         raise PropertyFailure(f"{what}: {len(diffs)} request(s) differ from the baseline, and certified mode cannot "
                               f"excuse them: {why}\n{_versions(ctx)}\n{listing}", batch=batch)
     requests = {d.request for d in diffs}
-    ref_out, traces = ctx.reference.verify_with_trace(batch)
+    ref_out, traces = oracle.verify_with_trace(batch)
     found = certification.compare_decisions(batch, out, [t for t in traces if t.request in requests],
-                                            reference=ctx.reference)
+                                            reference=oracle)
     divergences, excused, failed, cap = found.divergences, found.excused, found.failed, found.excuse_cap
     if failed or len(excused) > cap:
         shown = failed or excused

@@ -119,16 +119,18 @@ def certify(cmp: Comparison, *, batch, note: str = "") -> None:
             batch=batch, details={"divergences": [vars(d) for d in excused], "stochastic": cmp.stochastic})
 
 
-@register("certified_equivalence", "certification", strategy=certifiable_batches, needs=("spec_streams", "reference"),
+@register("certified_equivalence", "certification", strategy=certifiable_batches,
+          needs=("certifiable_streams", "reference"),
           examples_scale=1.5, cost=150,
           why_kept="Every decision against the float64 reference with its margin: the broadest net.")
 def certified_equivalence(ctx, drawn) -> None:
     """Every decision equals the float64 reference's, except a few excused near-ties (SPEC section 8)."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
-    ref_out, traces = ctx.reference.verify_with_trace(batch)
+    oracle = ctx.oracle  # the reference drawing the sampler's stream family
+    ref_out, traces = oracle.verify_with_trace(batch)
     with reported_on(drawn):  # the output rules (SPEC 4-6) fail at the call
         out = call(ctx.sampler, batch)
-    cmp = compare_decisions(batch, out, traces, reference=ctx.reference)
+    cmp = compare_decisions(batch, out, traces, reference=oracle)
     n_excused = len(cmp.excused)
     event(f"excused divergences: {min(n_excused, 3)}{'+' if n_excused >= 3 else ''}")
     ctx.count("excused", n_excused)

@@ -7,8 +7,9 @@ hide behind identical rows), the trials spread over several temperatures and a s
 Trial `i` takes temperature `i % len(temperatures)` and draft pattern
 `(i // len(temperatures)) % len(patterns)`; a pattern names each step's draft kind:
 
-- `q`: model drafts drawn from q by Gumbel-max with the SPEC noise at `pos + draft_salt` (a
-  salted drafter stream, as vLLM does); one-hot drafts: a fixed likely, unlikely or middling
+- `q`: model drafts drawn from q by Gumbel-max with the triton-philox noise (SPEC 3a) at
+  `pos + draft_salt` (a salted drafter stream, as vLLM does; the drafter is the suite's, so its
+  stream does not follow the sampler's family); one-hot drafts: a fixed likely, unlikely or middling
   token of the row;
 - `o`: a masked token (-inf in both rows of saturated rows), so p(d) = q(d) = 0: rejected,
   and the residual max(p - q, 0) is empty;
@@ -30,9 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import philox, probs
+from ..contract import probs
 from ..contract.batch import SpecBatch
 from ..contract.chunking import select_requests
+from ..contract.triton_philox import TRITON_PHILOX
 
 DRAFT_SALT = 2**30
 TRIALS = {"dev": 60_000, "ci": 200_000, "gpu": 400_000, "nightly": 2_000_000}  # trials per campaign and profile
@@ -115,12 +117,8 @@ def _rows(rng, c: Campaign):
 
 
 def draft_tokens_from_q(q_rows: np.ndarray, seeds: np.ndarray, pos: np.ndarray, salt: int) -> np.ndarray:
-    """Gumbel-max draws from q with the SPEC resample noise keyed at `pos + salt` (int64 [n])."""
-
-    g = philox.randint(seeds, (pos + salt).astype(np.int64))
-    x = np.arange(q_rows.shape[1], dtype=np.int32)
-    v = np.maximum(philox.rand(g.view(np.uint32)[:, None], x[None, :]), np.float32(4.6566127342e-10))
-    gumbel = -np.log(-np.log1p(-v.astype(np.float64)))
+    """Gumbel-max draws from q with the triton-philox resample noise keyed at `pos + salt` (int64 [n])."""
+    gumbel = TRITON_PHILOX.gumbel(seeds, (pos + salt).astype(np.int64), q_rows.shape[1])
     with np.errstate(divide="ignore"):
         return np.argmax(np.log(q_rows) + gumbel, axis=1).astype(np.int64)
 

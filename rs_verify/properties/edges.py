@@ -4,9 +4,9 @@
   `log(1 - v)`. Both only matter at rare stream values: `rand(seed, pos) == 0` happens for 2
   in 2**32 Philox words, `v < 2**-25` (where `1 - v` rounds to 1 in float32) for about 130 in
   2**32. Random seeds and positions never hit them, so a sampler that skips the clamp or
-  writes `log(1 - v)` passes every generated batch. The (seed, position, token) triples
-  below were found by an exhaustive scan of the Philox stream; the campaign builds requests
-  whose decision flips exactly there and certifies the sampler against the reference.
+  writes `log(1 - v)` passes every generated batch. The sampler's stream family holds such
+  points (`StreamFamily.edges`, found by an exhaustive scan of its stream); the campaign builds
+  requests whose decision flips exactly there and certifies the sampler against the reference.
 - `tiny_temperatures`: SPEC section 2 makes only `T == 0` greedy. The batch strategies draw
   `T` in `[0.05, 4]`, so a sampler that treats `T <= 1e-5` as greedy (vLLM's `_SAMPLING_EPS`)
   is never caught by certification, whose tolerance `eps * L` grows with `|log p|` of the
@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..contract import philox
 from ..contract.batch import SpecBatch
+from ..contract.streams import StreamEdges
+from ..contract.triton_philox import TRITON_PHILOX
 from .assertions import call
 from .registry import PropertyFailure, register
 from .certification import compare_decisions
 
-# rand(seed, pos) == 0 exactly (the Philox word is -1): u = max(rand, TINY) = TINY.
-U_ZERO = (2026, 3554443533)
-# g = randint(seed, pos) = -934469539; rand(g, x = 3) = 1.2107193e-08 < 2**-25: 1 - v == 1 in float32.
-TINY_V = (2026, 1671644, 3)
+# The triton-philox family's edges: rand(seed, pos) == 0 (u = TINY), and a resample uniform
+# rand(randint(seed, pos), 3) = 1.2107193e-08 < 2**-25 (1 - v == 1 in float32).
+U_ZERO = TRITON_PHILOX.edges.zero_uniform
+TINY_V = TRITON_PHILOX.edges.tiny_noise
 EDGE_VOCAB = 8
 MARGIN_ATOL = 1e-4  # absolute, in log units: tiny_temperatures' decisions are O(1) apart
 TINY_TEMPERATURES = (1e-5, 5e-6, 1e-6, 1e-7)
@@ -41,27 +42,18 @@ TINY_T_REQUESTS = 32
 TINY_T_VOCAB = 6
 
 
-def _check_stream_values() -> None:
-    """The edge values really are edges (a Philox change would make the campaign vacuous)."""
-
-    u = philox.rand(np.int64(U_ZERO[0]), np.int64(U_ZERO[1]))
-    g = philox.randint(np.int64(TINY_V[0]), np.int64(TINY_V[1]))
-    v = philox.rand(g, np.int32(TINY_V[2]))
-    if u != 0 or not 0 < v < 2.0**-25:
-        raise AssertionError(f"stream_edges: the edge stream values moved (rand = {u}, v = {v}): rescan them")
-
-
-def edge_batch(draft_mode: str) -> SpecBatch:
+def edge_batch(draft_mode: str, edges: StreamEdges = TRITON_PHILOX.edges) -> SpecBatch:
     """Request 0: one draft, rejected only because u = TINY (p(d) / q(d) ~ e**-30 < TINY), at the
-    zero-uniform position. Request 1: no draft; its bonus row's token 3 has logit -40 and the
-    tiny noise v, so it must lose (G ~ 18 < 40)."""
-    v = EDGE_VOCAB
+    zero-uniform point of `edges`. Request 1: no draft; its bonus row's token at the tiny-noise
+    point has logit -40 and the tiny noise v, so it must lose (G ~ 18 < 40)."""
+    (s0, p0), (s1, p1, tok) = edges.zero_uniform, edges.tiny_noise
+    v = max(EDGE_VOCAB, tok + 1)
     x = np.zeros((3, v), np.float32)
     x[0] = -1.0
     x[0, 0] = 0.0
     x[0, 1] = -30.0  # the draft d = 1: p(d) ~ 1e-14 < TINY
     x[1] = np.linspace(-2.0, 0.0, v, dtype=np.float32)
-    x[2, TINY_V[2]] = -40.0
+    x[2, tok] = -40.0
     draft_logits = None
     if draft_mode == "model":
         draft_logits = np.full((2, 1, v), -5.0, np.float32)
@@ -72,31 +64,37 @@ def edge_batch(draft_mode: str) -> SpecBatch:
         draft_logits=draft_logits,
         draft_token_ids=ids,
         cu_num_logits=np.array([0, 2, 3], np.int32),
-        pos=np.array([U_ZERO[1], U_ZERO[1] + 1, TINY_V[1]], np.int64),
+        pos=np.array([p0, p0 + 1, p1], np.int64),
         idx_mapping=np.array([0, 1], np.int32),
         temperature=np.ones(2, np.float32),
-        seeds=np.array([U_ZERO[0], TINY_V[0]], np.int64),
+        seeds=np.array([s0, s1], np.int64),
         num_speculative_steps=1,
     )
 
 
-@register("stream_edges", "edges", needs=("spec_streams", "reference"), cost=50,
+@register("stream_edges", "edges", needs=("certifiable_streams", "reference"), cost=50,
           why_kept=("Zero and tiny uniforms occur 2 and ~130 times in 2**32 draws: no generated batch reaches them, "
                     "so the TINY clamp and the accurate log(1 - v) are guarded here alone."))
 def stream_edges(ctx, _drawn) -> None:
-    """At Philox edge points (a zero uniform, a tiny Gumbel uniform) every decision equals the reference's."""
-    _check_stream_values()
+    """At the stream family's edge points (a zero uniform, a tiny Gumbel uniform) every decision equals the
+    reference's."""
+    family, oracle = ctx.record.family, ctx.oracle
+    if family.edges is None:
+        raise PropertyFailure(f"stream family {family.name!r} names no edge points (StreamFamily.edges): the clamp "
+                              "and the accurate log(1 - v) cannot be planted")
+    family.check()  # the edge values really are edges (a change of the stream would make this vacuous)
+    tok = family.edges.tiny_noise[2]
     for mode in [m for m in ("one_hot", "model") if m in ctx.record.draft_modes]:
-        batch = edge_batch(mode)
-        ref_out, traces = ctx.reference.verify_with_trace(batch)
-        if ref_out.request(0)[:1] == [1] or ref_out.request(1) == [TINY_V[2]]:
+        batch = edge_batch(mode, family.edges)
+        ref_out, traces = oracle.verify_with_trace(batch)
+        if ref_out.request(0)[:1] == [1] or ref_out.request(1) == [tok]:
             raise AssertionError(f"stream_edges ({mode}): the reference no longer takes the edge: "
                                  f"{ref_out.request(0)}, {ref_out.request(1)}")
         out = call(ctx.sampler, batch)
         found = compare_decisions(batch, out, traces).failed
         if found:
-            raise PropertyFailure(f"{mode} drafts at Philox edge values (u = 0 clamped to TINY at request 0, "
-                                  f"v = {TINY_V} below 2**-25 at request 1): "
+            raise PropertyFailure(f"{mode} drafts at {family.name} edge values (u = 0 clamped to TINY at request "
+                                  f"0, v at {family.edges.tiny_noise} below 2**-25 at request 1): "
                                   + "; ".join(d.describe() for d in found), batch=batch)
 
 
@@ -152,13 +150,13 @@ def _divergence(trace, drafts, prod: list) -> str | None:
     return None
 
 
-@register("tiny_temperatures", "edges", needs=("spec_streams", "reference", "one_hot_drafts"), cost=60,
+@register("tiny_temperatures", "edges", needs=("certifiable_streams", "reference", "one_hot_drafts"), cost=60,
           why_kept=("The strategies draw T >= 0.05: temperatures in (0, 1e-5], where exact ties decide, are only "
                     "checked here."))
 def tiny_temperatures(ctx, _drawn) -> None:
     """Temperatures in (0, 1e-5] sample among exactly tied maxima like the reference (only T == 0 is greedy)."""
     batch = tiny_temperature_batch()
-    ref_out, traces = ctx.reference.verify_with_trace(batch)
+    ref_out, traces = ctx.oracle.verify_with_trace(batch)
     x = np.asarray(batch.target_logits)
     lowest = [int(np.flatnonzero(row == row.max())[0]) for row in x]
     cu = np.asarray(batch.cu_num_logits)

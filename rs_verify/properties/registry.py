@@ -23,7 +23,9 @@ __all__ = ["NEEDS", "PROPERTIES", "Context", "Property", "PropertyFailure", "by_
 # What a property needs of its context; the runner skips it, with this reason, otherwise.
 NEEDS = {
     "chunking": "the sampler does not support internal chunking (supports_chunking is False)",
-    "spec_streams": "the sampler does not declare streams = 'spec' (SPEC section 10): certification against the reference needs the SPEC random streams",
+    "certifiable_streams": "the sampler declares no stream family the reference draws (streams = 'own', or a family "
+                           "the given reference cannot reproduce; SPEC sections 3 and 10): certification needs the "
+                           "sampler's random numbers",
     "reference": "no reference sampler was given",
     "cuda": "CUDA is not available",
     "triton": "needs the Triton interpreter or a CUDA device",

@@ -1,9 +1,11 @@
 """The random streams are Triton's, bit for bit (SPEC section 3).
 
-`check_philox_matches_triton` compares the NumPy Philox of `rs_verify.contract.philox`
-with `tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.harness.stream_probe`
-(the compiled kernel on a GPU, the interpreter on CPU). It needs triton (and
-torch) at call time only.
+Each stream family says how its NumPy bits are checked against Triton
+(`StreamFamily.triton_check`); the `philox_streams` property runs the check of every shipped
+family. `check_philox_matches_triton`, the check of `triton-philox`, compares the NumPy Philox
+of `rs_verify.contract.philox` and the family's acceptance uniforms and resampling noise with
+`tl.randint` / `tl.rand` run in the probe kernel of `rs_verify.harness.stream_probe` (the
+compiled kernel on a GPU, the interpreter on CPU). It needs triton (and torch) at call time only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from hypothesis import strategies as st
 
 from ..harness import stream_probe
 from ..contract import philox
+from ..contract.streams import resolve_path, shipped
+from ..contract.triton_philox import TRITON_PHILOX
 from .registry import PropertyFailure, register
 
 __all__ = ["check_philox_matches_triton", "EDGE_SEEDS", "EDGE_OFFSETS"]
@@ -76,8 +80,9 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
     seeds (their low 32 bits, standing for a resample seed `g`, which Triton
     widens without sign extension). With int64 offsets it also runs the whole
     resample chain `g = randint(seed, pos)`, `rand(g, x)` in one kernel for a
-    few pairs. Raises `AssertionError` naming the first mismatching seed and
-    offset and both values.
+    few pairs, and compares the `triton-philox` family's acceptance uniforms and noise there with
+    the same formulas on Triton's bits. Raises `AssertionError` naming the first mismatching
+    seed and offset and both values.
     """
     seeds64 = np.asarray(seeds)
     if seeds64.dtype != np.int64:
@@ -105,6 +110,33 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
                 f"reference {ref[i, t]!r} (bits 0x{int(ref.view(np.uint32)[i, t]):08x}) vs "
                 f"triton {tri[i, t]!r} (bits 0x{int(tri.view(np.uint32)[i, t]):08x})"
             )
+        _check_family(s_c, o_c, tri)
+
+
+def _check_family(seeds: np.ndarray, pos: np.ndarray, v_triton: np.ndarray) -> None:
+    """`triton-philox`'s acceptance uniforms and noise equal SPEC 3a's formulas on Triton's bits."""
+    fam = TRITON_PHILOX
+    u = fam.uniforms(seeds, pos)
+    u_tri = np.maximum(stream_probe.triton_rand(seeds, pos), np.float32(fam.floor))
+    g = fam.gumbel(seeds, pos, v_triton.shape[1])
+    g_tri = -np.log(-np.log1p(-np.maximum(v_triton, np.float32(fam.floor)).astype(np.float64)))
+    for what, a, b in (("acceptance uniforms", u.view(np.uint32), u_tri.view(np.uint32)),
+                       ("resampling noise", g.view(np.uint64), g_tri.view(np.uint64))):
+        bad = np.argwhere(a != b)
+        if bad.size:
+            i = int(bad[0][0])
+            raise AssertionError(f"{fam.name} {what}: {len(bad)} of {a.size} values differ from SPEC 3a on "
+                                 f"Triton's bits; first at seed={int(seeds[i])}, pos={int(pos[i])}")
+
+
+def family_checks() -> list:
+    """`(family, check)` of every shipped family that says how its bits are checked against Triton."""
+    out = []
+    for fam in shipped():
+        check = fam.triton_check
+        if check is not None:
+            out.append((fam, resolve_path(check) if isinstance(check, str) else check))
+    return out
 
 
 def _seed_offset_pairs(ctx):
@@ -121,11 +153,13 @@ def _seed_offset_pairs(ctx):
           why_kept=("Checks the suite's NumPy Philox against tl.rand / tl.randint (no sampler involved): the "
                     "certification and the edge campaigns are only as good as these streams."))
 def philox_streams(ctx, drawn) -> None:
-    """The NumPy Philox equals tl.rand / tl.randint bit for bit (int32/int64 seeds and offsets)."""
+    """Every shipped stream family's NumPy bits equal Triton's (for triton-philox: tl.rand / tl.randint,
+    int32/int64 seeds and offsets)."""
     dtype, pairs = drawn
     seeds = np.array([s for s, _ in pairs], dtype=np.int64)
     offsets = np.array([o for _, o in pairs], dtype=dtype)
-    try:
-        check_philox_matches_triton(seeds, dtype, offsets)
-    except AssertionError as exc:
-        raise PropertyFailure(str(exc)) from exc
+    for fam, check in family_checks():
+        try:
+            check(seeds, dtype, offsets)
+        except AssertionError as exc:
+            raise PropertyFailure(f"stream family {fam.name}: {exc}") from exc

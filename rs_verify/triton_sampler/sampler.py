@@ -332,7 +332,7 @@ class TritonSampler:
 
     name = "triton"
     supports_chunking = True
-    streams = "spec"
+    streams = "triton-philox"  # SPEC 3a
     memory_stats = True  # extras["max_buffer_rows"] is reported
     verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})
     sampling_params = frozenset({"min_p", "top_k", "top_p"})

@@ -1,0 +1,221 @@
+"""Stream families (SPEC section 3): one `StreamFamily` record per family, and their registry.
+
+A family fixes a sampler's two kinds of random numbers: the acceptance uniform `u_j` of every
+verified row and the resampling noise `G_x` of the one token per request that is sampled. Its
+record (PyTorch's OpInfo is the model: one constructor call per family, checked when built)
+holds everything the suite needs of it:
+
+- `name`, `aliases` (`"spec"` is the former name of `"triton-philox"`) and `section` of SPEC.md;
+- `acceptance(seeds, pos)`: float32 `[n]`, `u` of rows keyed by int64 seeds and positions,
+  the floor already applied; `noise(seeds, pos, vocab, out=None)`: float64 `[n, vocab]`, `G_x`
+  of those rows for tokens `0 .. vocab - 1` (written into `out` when given);
+- `keyed_by`: `"seed_pos"` (the functions above). `"batch"` is reserved for SPEC 3c's explicit
+  noise, whose functions take the batch and global row / request indices instead; no shipped
+  family uses it yet, and the constructor refuses it until the reference reads such a family;
+- `floor`: the smallest acceptance uniform (`TINY`), and `edges`: the stream points random
+  draws never reach that the strategies and the edge properties plant (`StreamEdges`);
+- `triton`: what a Triton kernel needs to reproduce the family, the name of the helper the
+  Triton sampler selects (`rs_verify.triton_sampler.streams`), or None;
+- `triton_check`: how the NumPy bits are checked against Triton, a `module:function` path (or
+  a callable) of a routine `(seeds int64, offsets_dtype, offsets) -> None` that raises
+  `AssertionError` naming the first mismatch (the `philox_streams` property runs it).
+
+`family(name_or_record)` looks a family up (aliases resolved; a clear `KeyError` for an unknown
+name); a sampler may also declare a record the suite does not ship (SPEC 3d): it is certified
+like a shipped one. `register(record)` adds a family to the registry; the shipped families are
+the modules named in `SHIPPED`, each holding one `register(StreamFamily(...))` call, imported on
+the first lookup. Adding a family is one contract module (and its name in `SHIPPED`) plus, where
+the Triton sampler offers it, its kernel helper.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["FAMILIES", "KEYED_BY", "OWN", "SHIPPED", "StreamEdges", "StreamFamily", "family", "family_path",
+           "register", "registered", "resolve_path", "shipped"]
+
+#: The contract modules of the shipped families (`rs_verify.contract.<name>`), imported on first lookup.
+SHIPPED = ("triton_philox",)
+
+OWN = "own"  # a sampler with its own generator: nothing to certify (SPEC section 10)
+KEYED_BY = ("seed_pos", "batch")
+#: `G_x` above this means a noise uniform `v < 2**-25`, where `1 - v` rounds to 1 in float32.
+TINY_NOISE_G = 25 * math.log(2.0) + 0.01
+
+
+@dataclass(frozen=True)
+class StreamEdges:
+    """Stream points random seeds and positions never hit, planted by the edge properties.
+
+    - `zero_uniform`: `(seed, pos)` whose raw acceptance draw is 0, so `u` is the floor
+      (a sampler that skips the floor accepts any draft there: `log 0 = -inf`);
+    - `tiny_noise`: `(seed, pos, token)` whose resample uniform is below `2**-25`, so `1 - v`
+      is 1 in float32 (a sampler that writes `log(1 - v)` gets `G = +inf` there).
+    """
+
+    zero_uniform: tuple[int, int]
+    tiny_noise: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class StreamFamily:
+    """One stream family (see the module docstring); checked when built."""
+
+    name: str
+    section: str
+    acceptance: Callable[..., np.ndarray]
+    noise: Callable[..., np.ndarray]
+    aliases: tuple[str, ...] = ()
+    keyed_by: str = "seed_pos"
+    floor: float = 0.0
+    edges: StreamEdges | None = None
+    triton: str | None = None
+    triton_check: str | Callable | None = None
+    doc: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        who = f"stream family {self.name!r}"
+        if not isinstance(self.name, str) or not self.name or self.name == OWN or ":" in self.name:
+            raise ValueError(f"{who}: the name must be a non-empty string other than {OWN!r}, without ':'")
+        if not isinstance(self.aliases, tuple) or not all(isinstance(a, str) and a for a in self.aliases):
+            raise ValueError(f"{who}: aliases must be a tuple of names, not {self.aliases!r}")
+        if OWN in self.aliases or self.name in self.aliases:
+            raise ValueError(f"{who}: aliases {self.aliases} may name neither {OWN!r} nor the family itself")
+        if not isinstance(self.section, str) or not self.section.startswith("3"):
+            raise ValueError(f"{who}: section must name the family's SPEC section ('3a', ...), not {self.section!r}")
+        if self.keyed_by != "seed_pos":
+            raise ValueError(f"{who}: keyed_by must be one of {list(KEYED_BY)}; 'batch' (SPEC 3c) is not read by "
+                             "the reference yet")
+        for what in ("acceptance", "noise"):
+            if not callable(getattr(self, what)):
+                raise ValueError(f"{who}: {what} must be a function of (seeds, pos{', vocab' * (what == 'noise')})")
+        tc = self.triton_check
+        if tc is not None and not callable(tc) and not (isinstance(tc, str) and tc.count(":") == 1):
+            raise ValueError(f"{who}: triton_check must be a callable or a 'module:function' path, not {tc!r}")
+        self.check()
+
+    def check(self) -> None:
+        """The functions answer in the documented shapes and dtypes, and the edges are edges (a change
+        of the functions would make the edge campaigns vacuous); `ValueError` otherwise."""
+        who = f"stream family {self.name!r}"
+        seeds, pos = np.array([0, -1, 2**62], np.int64), np.array([0, 7, 2**40], np.int64)
+        u = np.asarray(self.acceptance(seeds, pos))
+        if u.shape != (3,) or u.dtype != np.float32 or not ((u > 0) & (u <= 1)).all():
+            raise ValueError(f"{who}: acceptance(seeds, pos) must give float32 uniforms in (0, 1], one per row; "
+                             f"got {u.dtype} {u.shape} {u!r}")
+        g = np.asarray(self.noise(seeds, pos, 5))
+        if g.shape != (3, 5) or g.dtype != np.float64 or not np.isfinite(g).all():
+            raise ValueError(f"{who}: noise(seeds, pos, vocab) must give finite float64 [rows, vocab]; "
+                             f"got {g.dtype} {g.shape}")
+        if self.edges is None:
+            return
+        s, p = self.edges.zero_uniform
+        u0 = self.acceptance(np.array([s], np.int64), np.array([p], np.int64))[0]
+        if u0 != np.float32(self.floor) or not self.floor > 0:
+            raise ValueError(f"{who}: edges.zero_uniform {self.edges.zero_uniform} gives u = {u0!r}, not the "
+                             f"floor {self.floor!r}: rescan the edge values")
+        s, p, x = self.edges.tiny_noise
+        gx = self.noise(np.array([s], np.int64), np.array([p], np.int64), x + 1)[0, x]
+        if not TINY_NOISE_G < gx < np.inf:
+            raise ValueError(f"{who}: edges.tiny_noise {self.edges.tiny_noise} gives G = {gx!r}, not a noise "
+                             f"uniform below 2**-25 (G > {TINY_NOISE_G:.2f}): rescan the edge values")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    def describe(self) -> str:
+        return f"{self.name} (SPEC section {self.section})"
+
+    def uniforms(self, seeds, pos) -> np.ndarray:
+        """`acceptance` with its arguments as int64 arrays."""
+        return self.acceptance(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1))
+
+    def gumbel(self, seeds, pos, vocab: int, out: np.ndarray | None = None) -> np.ndarray:
+        """`noise` with its arguments as int64 arrays: float64 `[n, vocab]`."""
+        return self.noise(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1),
+                          int(vocab), out=out)
+
+
+FAMILIES: dict[str, StreamFamily] = {}  # every name and alias -> its record
+
+
+def register(record: StreamFamily) -> StreamFamily:
+    """Add `record` to the registry under its name and aliases; a name taken by another record raises."""
+    if not isinstance(record, StreamFamily):
+        raise TypeError(f"expected a StreamFamily, got {type(record).__name__}")
+    for n in record.names:
+        if n in FAMILIES and FAMILIES[n] is not record:
+            raise ValueError(f"stream family name {n!r} is taken by {FAMILIES[n].name!r}")
+    for n in record.names:
+        FAMILIES[n] = record
+    return record
+
+
+def _load_shipped() -> None:
+    for name in SHIPPED:
+        importlib.import_module(f"{__package__}.{name}")
+
+
+def shipped() -> list[StreamFamily]:
+    """The registered families, each once, in registration order."""
+    _load_shipped()
+    return list({id(f): f for f in FAMILIES.values()}.values())
+
+
+def registered(record: StreamFamily) -> bool:
+    """Whether `record` is the registered family of its name (a shipped one, or one added by `register`)."""
+    _load_shipped()
+    return FAMILIES.get(record.name) is record
+
+
+def family(which) -> StreamFamily:
+    """The record of `which`: a registered name or alias, a `module:attribute` path of a record, or
+    a record (returned as is, registered or not: SPEC 3d)."""
+    if isinstance(which, StreamFamily):
+        return which
+    _load_shipped()
+    if isinstance(which, str) and which in FAMILIES:
+        return FAMILIES[which]
+    if isinstance(which, str) and which.count(":") == 1:
+        found = resolve_path(which)
+        if isinstance(found, StreamFamily):
+            return found
+        raise KeyError(f"{which!r} is a {type(found).__name__}, not a StreamFamily")
+    known = sorted(FAMILIES)
+    raise KeyError(f"unknown stream family {which!r}: known families are {known} (and {OWN!r} for a sampler "
+                   "with its own generator); another family is declared as a StreamFamily record (SPEC 3d)")
+
+
+def resolve_path(path: str):
+    """The object at `module:attribute` (dots in the attribute walk into it)."""
+    module, _, attr = path.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def family_path(record: StreamFamily) -> str | None:
+    """How a record that is not registered travels between processes: the `module:attribute` of a
+    module-level attribute holding it, searched first in the modules that define its functions,
+    then in every imported module (by name); None when there is none (a record built inside a
+    function stays in its process)."""
+    first = [getattr(fn, "__module__", None) or "" for fn in (record.acceptance, record.noise)]
+    for name in dict.fromkeys([*first, *sorted(sys.modules)]):
+        mod = sys.modules.get(name)
+        try:
+            items = list(vars(mod).items()) if mod is not None else []
+        except TypeError:  # a module object without a __dict__
+            continue
+        for attr, value in items:
+            if value is record:
+                return f"{name}:{attr}"
+    return None
