@@ -82,9 +82,9 @@ def _k(*pairs):
     return {"kernels.py": list(pairs)}
 
 
-# -- recurring anchors in rs_verify/triton_sampler/kernels.py ---------------------------
-RESAMPLE_SEED = "g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]"
-ACCEPT_U = "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)"
+# -- recurring anchors in rs_verify/triton_sampler/kernels.py (the streams' helpers: streams.py) ----
+RESAMPLE_SEED = "g = philox_resample_seed(seed, tl.load(pos_ptr + jt))"
+ACCEPT_U = "u = philox_acceptance(seed, j_pos)"
 STATE_SEED = "seed = tl.load(seeds_ptr + s)"
 GREEDY = "greedy = temp == 0.0"
 FINAL_CLAMP = "    tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)\n"
@@ -111,7 +111,7 @@ MUTANTS: list[Mutant] = [
         "Shared noise stream between draft and resample: the resample noise is keyed at pos + 2**30, "
         "the drafter's salted stream, so the resample reuses the noise that picked the draft.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = tl.randint4x(seed, tl.load(pos_ptr + jt) + 1073741824)[0]  # MUTANT: drafter salt")),
+        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, tl.load(pos_ptr + jt) + 1073741824)  # MUTANT: drafter salt")),
         killers=("certified_equivalence",),
         note="Biases the output only against drafts drawn with that stream (distribution_model_drafts on CUDA); "
              "under the interpreter the certification sees the stream itself differ.",
@@ -123,8 +123,7 @@ MUTANTS: list[Mutant] = [
         TRITON,
         _k(
             ("g, use_q, excl,\n", "g, use_q, excl, pos_t,  # MUTANT\n"),
-            ("v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)",
-             "v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, pos_t + idx)[0]), TINY)  # MUTANT"),
+            ("gum = philox_gumbel(g, idx)", "gum = philox_gumbel(g, pos_t + idx)  # MUTANT"),
             (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream\n        pos_t = tl.load(pos_ptr + jt)"),
             ("g, ok_t, -1,\n", "g, ok_t, -1, pos_t,\n"),
             ("g, ok_t, excl,\n", "g, ok_t, excl, pos_t,\n"),
@@ -136,7 +135,7 @@ MUTANTS: list[Mutant] = [
         "Resample seed g = randint(seed, pos) held as int32 and reloaded: tl.rand sign-extends it (SPEC 3: "
         "Triton widens it without sign extension), so every g < 0 draws other noise.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0].to(tl.int32, bitcast=True)  # MUTANT")),
+        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, tl.load(pos_ptr + jt)).to(tl.int32, bitcast=True)  # MUTANT")),
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -144,8 +143,8 @@ MUTANTS: list[Mutant] = [
         "RNG keyed by the batch row instead of the token position: streams change when the batch is "
         "permuted, split or merged.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos"),
-           (RESAMPLE_SEED, "g = tl.randint4x(seed, jt)[0]  # MUTANT: row, not pos")),
+        _k((ACCEPT_U, "u = philox_acceptance(seed, j_vec)  # MUTANT: row, not pos"),
+           (RESAMPLE_SEED, "g = philox_resample_seed(seed, jt)  # MUTANT: row, not pos")),
         killers=("batch_invariance", "certified_equivalence"),
     ),
     Mutant(
@@ -153,7 +152,7 @@ MUTANTS: list[Mutant] = [
         "Acceptance uniform keyed by the batch row instead of the token position (the resample noise is right): "
         "accept/reject decisions change when the batch is permuted, split or chunked.",
         TRITON,
-        _k((ACCEPT_U, "u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_vec)[0]), TINY)  # MUTANT: row, not pos")),
+        _k((ACCEPT_U, "u = philox_acceptance(seed, j_vec)  # MUTANT: row, not pos")),
         killers=("certified_equivalence", "batch_invariance"),
     ),
     Mutant(
@@ -175,7 +174,7 @@ MUTANTS: list[Mutant] = [
         "u not clamped to TINY: u = rand(seed, pos) may be exactly 0, and log 0 = -inf accepts any draft "
         "with p(d) > 0 (SPEC 3: u = max(rand, TINY)).",
         TRITON,
-        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0])  # MUTANT: no TINY")),
+        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(philox_resample_seed(seed, j_pos))  # MUTANT: no TINY")),
         killers=("stream_edges",),
         note="Differs only where the Philox word is 0 or -1 (2 in 2**32 draws): random batches never reach it.",
     ),
@@ -184,8 +183,8 @@ MUTANTS: list[Mutant] = [
         "log1p replaced by log(1 - v) in the Gumbel noise: for v < 2**-25, 1 - v rounds to 1 in float32 and "
         "G = -log(-log(1 - v)) becomes +inf, so a token of negligible probability wins the resample.",
         TRITON,
-        _k(("log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))",
-            "log1m_v = tl.log(1.0 - v)  # MUTANT: cancellation for small v")),
+        {"streams.py": [("log1m_v = tl.where(w1 == 1.0, -v, tl.log(w1) * (-v) / tl.where(w1 == 1.0, -1.0, w1 - 1.0))",
+                         "log1m_v = tl.log(1.0 - v)  # MUTANT: cancellation for small v")]},
         killers=("stream_edges",),
         note="Elsewhere the error (about 3e-8 / v in log E) is below the certification's tolerance.",
     ),
@@ -444,8 +443,8 @@ MUTANTS: list[Mutant] = [
         "Padded (-1) model drafts resampled from max(p - q, 0) with the q of a step that proposed nothing "
         "(measured vLLM MRV2 behaviour; SPEC 4 resamples from p).",
         TRITON,
-        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        g = tl.randint",
-            "        ok_t = has_d  # MUTANT: padded drafts use q\n        g = tl.randint"),
+        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        g = philox_resample_seed",
+            "        ok_t = has_d  # MUTANT: padded drafts use q\n        g = philox_resample_seed"),
            ("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
             "        ok_t = has_d  # MUTANT: padded drafts use q (resample_kernel)\n        thr")),
         killers=("certified_equivalence",),
@@ -652,8 +651,8 @@ MUTANTS: list[Mutant] = [
         "Shared noise stream between draft and resample in a sampler with its own RNG: the resample noise is "
         "keyed at pos + 2**30, the stream the drafter drew its draft with.",
         REFERENCE,
-        {"slab.py": [("noise = log_exponential_noise(slab.seeds[reqs], slab.pos[rows], e)",
-                      "noise = log_exponential_noise(slab.seeds[reqs], slab.pos[rows] + 2**30, e)  # MUTANT")]},
+        {"slab.py": [("noise = slab.b.family.gumbel(slab.seeds[reqs], slab.pos[rows], vp, out=e)",
+                      "noise = slab.b.family.gumbel(slab.seeds[reqs], slab.pos[rows] + 2**30, vp, out=e)  # MUTANT")]},
         build="own_streams(pkg.ReferenceSampler())",
         killers=("distribution_model_drafts",),
         note="streams = 'own': no certification; only a test of fit over drafts drawn with the salted stream "

@@ -27,9 +27,9 @@ import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
 
+from .streams import philox_acceptance
 from .tiles import _tile_rows
 
-TINY = tl.constexpr(4.6566127342e-10)
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
 STEP_BLOCK = tl.constexpr(16)
@@ -126,7 +126,7 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
             den = z_next + one_m_p
             log_h = tl.where(den > 0.0, tl.log(z_next) - tl.log(tl.where(den > 0.0, den, 1.0)), 0.0)
             log_h = tl.where(nxt, log_h, l_p)
-        u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, tl.load(pos_ptr + j))[0]), TINY)
+        u = philox_acceptance(seed, tl.load(pos_ptr + j))
         ok = act & (tl.log(u) <= log_h)
         tau = tl.where(ok, i + 1, tau)
         l_res = tl.where(ok, l_p, l_res)

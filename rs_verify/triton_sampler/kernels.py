@@ -30,10 +30,9 @@ from triton.language.standard import _elementwise_max as _MAX, _elementwise_min 
 from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .masks import _masked_stats, _row_masks
 from .residual import _resample_masked
+from .streams import philox_acceptance, philox_gumbel, philox_resample_seed
 from .tiles import _tile_rows
 
-# SPEC section 3: the smallest uniform and Triton's rand scale.
-TINY = tl.constexpr(4.6566127342e-10)
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
 # Residual tokens need log p(x) above this: a probability below the float64 range
@@ -52,7 +51,8 @@ STEP_BLOCK = tl.constexpr(16)
 # helper's own definition (the same IR compiled):
 #   tl.zeros(s, d) / tl.zeros_like(x)  ->  tl.full(s, 0, d) / tl.full(x.shape, 0, x.dtype)
 #   tl.max / tl.min / tl.sum(x, 0)     ->  tl.reduce(x, 0, _MAX / _MIN / _SUM) (32-bit x)
-#   tl.rand(g, o)                      ->  tl.uint_to_uniform_float(tl.randint4x(g, o)[0])
+# The random streams (SPEC 3) are the helpers of streams.py, one nested call each:
+#   tl.rand(g, o)                      ->  tl.randint4x(g, o)[0] and uint_to_uniform_float's own definition
 #   tl.randint(g, o)                   ->  tl.randint4x(g, o)[0]
 # (randint4x keeps the Philox counter layout of the installed Triton version).
 #
@@ -63,7 +63,7 @@ STEP_BLOCK = tl.constexpr(16)
 #     log(w) * -v / (w - 1), or -v when w == 1.
 #   log(1 - e^a), a < 0, i.e. log(-expm1(a)), with Kahan's expm1:
 #     (e - 1) * a / log(e), e = exp(a) (a when e == 1, -1 when e == 0).
-#   Gumbel noise (SPEC 3): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY).
+#   Gumbel noise (SPEC 3): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY) (streams.py).
 # ---------------------------------------------------------------------------
 
 
@@ -124,10 +124,7 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
         z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
         log_p = (z - m) - log_s
-        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g, idx)[0]), TINY)
-        w = 1.0 - v
-        log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
-        gum = -tl.log(-log1m_v)
+        gum = philox_gumbel(g, idx)
         sp = log_p + gum
         sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         if HAS_DRAFT:
@@ -268,7 +265,7 @@ def verify_kernel(
             acc = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
         else:
             j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
-            u = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0]), TINY)
+            u = philox_acceptance(seed, j_pos)
             zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
             zd = tl.div_rn(zd.to(tl.float32), t_div)
             zd = tl.where(zd == zd, zd, NEG_INF)
@@ -297,7 +294,7 @@ def verify_kernel(
         has_d = t < n
         d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
         ok_t = has_d & (d_t >= 0) & (d_t < Vp)
-        g = tl.randint4x(seed, tl.load(pos_ptr + jt))[0]
+        g = philox_resample_seed(seed, tl.load(pos_ptr + jt))
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
         t_row = target_ptr + jt * V
@@ -361,7 +358,7 @@ def resample_kernel(
             l_scale = tl.load(l_res_ptr + r)
         use_q = tl.where(HAS_DRAFT != 0, ok_t, False)
         q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-        g = tl.randint4x(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))[0]
+        g = philox_resample_seed(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))
         q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
         q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
         excl = tl.where(ok_t & (use_q == 0), d_t, -1)

@@ -22,7 +22,8 @@ import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN  # see masks.py
 
-TINY = tl.constexpr(4.6566127342e-10)
+from .streams import philox_gumbel
+
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
 LOG_P_MIN = tl.constexpr(-744.0)
@@ -59,10 +60,7 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         z = tl.where(z == z, z, NEG_INF)
         mask = mask & ((z > thr_col) | ((z == thr_col) & (idx <= cut_col)))
         log_p = (z - m_col) - log_s_col
-        v = tl.maximum(tl.uint_to_uniform_float(tl.randint4x(g_col, idx)[0]), TINY)
-        w = 1.0 - v
-        log1m_v = tl.where(w == 1.0, -v, tl.log(w) * (-v) / tl.where(w == 1.0, -1.0, w - 1.0))
-        gum = -tl.log(-log1m_v)
+        gum = philox_gumbel(g_col, idx)
         sp = log_p + gum
         sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         zq = tl.load(q_ptrs + idx, mask=use_q_col & mask, other=NEG_INF)

@@ -1,0 +1,47 @@
+"""The Triton sampler's random streams (SPEC section 3): one home for each family's kernel code.
+
+A family the sampler offers has its helpers here, named by its record's `StreamFamily.triton`
+(`rs_verify.contract.streams`): `triton-philox` (SPEC 3a) is `philox`:
+
+- `philox_acceptance(seed, pos)`: `u = max(rand(seed, pos), TINY)`, float32;
+- `philox_resample_seed(seed, pos)`: `g = randint(seed, pos)`, the uint32 block `tl.randint`
+  returns (passed on unchanged: held as int32, `tl.rand` would sign-extend it);
+- `philox_gumbel(g, x)`: `G_x = -log(-log(1 - v_x))`, `v_x = max(rand(g, x), TINY)`, with
+  `log(1 - v)` for small `v` without log1p (Goldberg): `w = 1 - v`; `log(w) * -v / (w - 1)`,
+  or `-v` when `w == 1`.
+
+Each helper is one nested `@triton.jit` call, which the interpreter pays per call (it re-patches
+`triton.language`); `tl.rand` is written out as `tl.randint4x` and `tl.uint_to_uniform_float`'s
+own definition (`w < 0 ? ~w : w` times the scale), so a helper costs no more nested calls than
+the `tl.rand` it replaces and the kernels' interpreter time stays as it was.
+The mutants of mutants/catalogue.py patch this file's text by exact match: keep their anchors in step.
+"""
+
+import triton
+import triton.language as tl
+
+TINY = tl.constexpr(4.6566127342e-10)  # SPEC 3's floor of every uniform
+SCALE = tl.constexpr(4.6566127342e-10)  # Triton's int32 -> uniform scale (tl.uint_to_uniform_float)
+
+
+@triton.jit
+def philox_acceptance(seed, pos):
+    """SPEC 3a's acceptance uniform of a row (`pos` scalar or vector)."""
+    w = tl.randint4x(seed, pos)[0].to(tl.int32, bitcast=True)
+    return tl.maximum(tl.where(w < 0, ~w, w) * SCALE, TINY)
+
+
+@triton.jit
+def philox_resample_seed(seed, pos):
+    """SPEC 3a's resample seed `g` of a row (a uint32 block)."""
+    return tl.randint4x(seed, pos)[0]
+
+
+@triton.jit
+def philox_gumbel(g, x):
+    """SPEC 3a's resampling noise `G_x` of tokens `x` for the resample seed `g`."""
+    w = tl.randint4x(g, x)[0].to(tl.int32, bitcast=True)
+    v = tl.maximum(tl.where(w < 0, ~w, w) * SCALE, TINY)
+    w1 = 1.0 - v
+    log1m_v = tl.where(w1 == 1.0, -v, tl.log(w1) * (-v) / tl.where(w1 == 1.0, -1.0, w1 - 1.0))
+    return -tl.log(-log1m_v)
