@@ -211,6 +211,40 @@ def test_an_isolated_sampler_is_seen_exactly_as_in_process(tmp_path, monkeypatch
                                                                           profile="ci").batch_kwargs
 
 
+OWN_FAMILY = '''
+from rs_verify.contract.streams import StreamFamily
+from rs_verify.contract.triton_philox import acceptance_uniforms, gumbel_noise
+
+PHILOX_COPY = StreamFamily(name="philox-copy", section="3d", acceptance=acceptance_uniforms, noise=gumbel_noise)
+
+
+class OwnFamily:
+    name = "own-family"
+    streams = PHILOX_COPY
+
+    def __call__(self, batch, *, max_chunk_logits=None):  # pragma: no cover - never called here
+        raise AssertionError
+'''
+
+
+def test_an_isolated_samplers_own_stream_family_crosses_by_its_path(tmp_path, monkeypatch):
+    """A family the suite does not ship (SPEC 3d) is sent by its module:attribute path and read back
+    as the same record."""
+    from rs_verify.engine import isolation
+    from rs_verify.harness.samplers import load_sampler
+
+    (tmp_path / "own_family.py").write_text(OWN_FAMILY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    here = record_of(load_sampler("own_family:OwnFamily"))
+    child = isolation.load("own_family:OwnFamily", "property", device_name="cpu", sys_path=[str(tmp_path)])
+    try:
+        there = record_of(child)
+    finally:
+        child.close()
+    assert here.family.name == "philox-copy" and there.family is here.family
+    assert there == here.replace(loaded_as="own_family:OwnFamily")
+
+
 # -- what a run exercised (SPEC sections 2 and 4b) ---------------------------------------
 
 
