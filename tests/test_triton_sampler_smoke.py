@@ -143,7 +143,7 @@ def test_bonus_only_requests(sampler):
     assert out.sampled.shape == (3, 1)
 
 
-def test_bonus_draw_follows_spec_streams(sampler):
+def test_bonus_draw_follows_triton_philox_streams(sampler):
     from rs_verify.contract.philox import TINY, rand, randint
 
     v = 40
