@@ -23,8 +23,8 @@ holds everything the suite needs of it:
 `family(name_or_record)` looks a family up (aliases resolved; a clear `KeyError` for an unknown
 name); a sampler may also declare a record the suite does not ship (SPEC 3d): it is certified
 like a shipped one. `register(record)` adds a family to the registry; the shipped families are
-the modules named in `SHIPPED`, each holding one `register(StreamFamily(...))` call, imported on
-the first lookup. Adding a family is one contract module (and its name in `SHIPPED`) plus, where
+the modules named in `SHIPPED`, each holding one `register(StreamFamily(...))` call, imported
+with this module. Adding a family is one contract module (and its name in `SHIPPED`) plus, where
 the Triton sampler offers it, its kernel helper.
 """
 
@@ -159,7 +159,16 @@ def register(record: StreamFamily) -> StreamFamily:
     return record
 
 
+_SHIPPED_LOADED = []
+
+
 def _load_shipped() -> None:
+    """Import the shipped families' modules, once: later lookups never import again, so a process
+    that swaps the contract's modules (a git baseline's child loads a revision's sampler) keeps
+    the registry of the tree it started with."""
+    if _SHIPPED_LOADED:
+        return
+    _SHIPPED_LOADED.append(True)
     for name in SHIPPED:
         importlib.import_module(f"{__package__}.{name}")
 
@@ -219,3 +228,6 @@ def family_path(record: StreamFamily) -> str | None:
             if value is record:
                 return f"{name}:{attr}"
     return None
+
+
+_load_shipped()  # the registry is whole once this module is imported (each family module imports it)
