@@ -41,7 +41,7 @@ import numpy as np
 __all__ = ["FAMILIES", "KEYED_BY", "OWN", "SHIPPED", "StreamEdges", "StreamFamily", "family", "family_path",
            "register", "registered", "resolve_path", "shipped"]
 
-#: The contract modules of the shipped families (`rs_verify.contract.<name>`), imported on first lookup.
+#: The contract modules of the shipped families (`rs_verify.contract.<name>`), imported with this module.
 SHIPPED = ("triton_philox",)
 
 OWN = "own"  # a sampler with its own generator: nothing to certify (SPEC section 10)
@@ -110,9 +110,9 @@ class StreamFamily:
         if u.shape != (3,) or u.dtype != np.float32 or not ((u > 0) & (u <= 1)).all():
             raise ValueError(f"{who}: acceptance(seeds, pos) must give float32 uniforms in (0, 1], one per row; "
                              f"got {u.dtype} {u.shape} {u!r}")
-        g = np.asarray(self.noise(seeds, pos, 5))
+        g = np.asarray(self.noise(seeds, pos, 5, out=np.empty((3, 5), np.float64)))
         if g.shape != (3, 5) or g.dtype != np.float64 or not np.isfinite(g).all():
-            raise ValueError(f"{who}: noise(seeds, pos, vocab) must give finite float64 [rows, vocab]; "
+            raise ValueError(f"{who}: noise(seeds, pos, vocab, out=None) must give finite float64 [rows, vocab]; "
                              f"got {g.dtype} {g.shape}")
         if self.edges is None:
             return
