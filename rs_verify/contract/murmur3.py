@@ -1,4 +1,8 @@
-"""MurmurHash3_x86_32 in NumPy, and the resampling noise of the `murmur3` family (SPEC 3b).
+"""The `murmur3` stream family (SPEC 3b; vLLM MRV2 from PR 51367 on), and MurmurHash3_x86_32 in NumPy.
+
+- acceptance uniform of row `j`: triton-philox's (SPEC 3a), `max(rand(seed, pos_j), TINY)`;
+- resampling noise of token `x`: `h` = MurmurHash3_x86_32 (hash seed 0) of the words
+  `(seed_lo, seed_hi, pos_lo, x)`, `u_x` its float32 uniform, `G_x = -log(-log(max(1 - u_x, 2**-24)))`.
 
 The noise of row `j` for token `x` hashes the 16-byte key made of the little-endian uint32
 words `(seed_lo, seed_hi, pos_lo, x)` with hash seed 0: the standard MurmurHash3_x86_32, so
@@ -14,7 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["hash_words", "key_words", "uniform_from_hash", "noise_from_uniform", "U_FLOOR_LOG"]
+from .streams import StreamEdges, StreamFamily, register
+from .triton_philox import TRITON_PHILOX
+
+__all__ = ["MURMUR3", "U_FLOOR_LOG", "hash_words", "key_words", "noise_from_uniform", "resample_noise",
+           "seed_for_hash", "uniform_from_hash"]
 
 C1 = np.uint32(0xCC9E2D51)
 C2 = np.uint32(0x1B873593)
@@ -149,3 +157,42 @@ def seed_for_hash(target: int, seed_hi: int, pos: int, token: int) -> int:
     seed_lo = (k * _inv(int(C1))) & _M
     bits = ((seed_hi & _M) << 32) | seed_lo
     return bits - 2**64 if bits >= 2**63 else bits
+
+
+# -- the family ------------------------------------------------------------------------------
+
+def resample_noise(seeds: np.ndarray, pos: np.ndarray, vocab: int, out: np.ndarray | None = None) -> np.ndarray:
+    """`G_x` of rows keyed by int64 `(seeds, pos)` for tokens `0 .. vocab - 1`: float64 `[rows, vocab]`."""
+    seeds = np.asarray(seeds, np.int64).reshape(-1, 1)
+    pos = np.asarray(pos, np.int64).reshape(-1, 1)
+    h = hash_words(*key_words(seeds, pos, np.arange(int(vocab), dtype=np.int64)[None, :]))
+    if out is not None and out.shape != h.shape:
+        raise ValueError(f"out must have shape {h.shape}, not {out.shape}")
+    return noise_from_uniform(uniform_from_hash(h), out=out)
+
+
+def _edges():
+    """The family's edge points: the acceptance floor is triton-philox's (the same uniform); the
+    smallest noise uniform `u = 2**-33` (hash 0, below `2**-25`) and `u = 1.0` (hash `2**32 - 1`,
+    the `2**-24` floor) are planted on token 3 at a position above `2**32` by the seed's low word."""
+    pos = 2**32 + 1671644  # its low word alone is hashed
+    return StreamEdges(zero_uniform=TRITON_PHILOX.edges.zero_uniform,
+                       tiny_noise=(seed_for_hash(0, 2026, pos, 3), pos, 3),
+                       top_noise=(seed_for_hash(2**32 - 1, 2026, pos, 3), pos, 3))
+
+
+def _register():
+    return register(StreamFamily(
+        name="murmur3",
+        section="3b",
+        acceptance=TRITON_PHILOX.acceptance,
+        noise=resample_noise,
+        floor=TRITON_PHILOX.floor,
+        edges=_edges(),
+        triton="murmur3",
+        triton_check="rs_verify.triton_sampler.murmur3:check_matches_contract",
+        doc="Triton Philox acceptance uniforms, MurmurHash3 resampling noise; vLLM MRV2 from PR 51367 on.",
+    ))
+
+
+MURMUR3 = _register()

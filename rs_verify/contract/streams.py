@@ -42,12 +42,14 @@ __all__ = ["FAMILIES", "KEYED_BY", "OWN", "SHIPPED", "StreamEdges", "StreamFamil
            "register", "registered", "resolve_path", "shipped"]
 
 #: The contract modules of the shipped families (`rs_verify.contract.<name>`), imported with this module.
-SHIPPED = ("triton_philox",)
+SHIPPED = ("triton_philox", "murmur3")
 
 OWN = "own"  # a sampler with its own generator: nothing to certify (SPEC section 10)
 KEYED_BY = ("seed_pos", "batch")
 #: `G_x` above this means a noise uniform `v < 2**-25`, where `1 - v` rounds to 1 in float32.
 TINY_NOISE_G = 25 * math.log(2.0) + 0.01
+#: The smallest finite noise a floor of `2**-24` on `1 - u` allows: `-log(24 log 2)`.
+TOP_NOISE_G = -math.log(24 * math.log(2.0))
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,15 @@ class StreamEdges:
     - `zero_uniform`: `(seed, pos)` whose raw acceptance draw is 0, so `u` is the floor
       (a sampler that skips the floor accepts any draft there: `log 0 = -inf`);
     - `tiny_noise`: `(seed, pos, token)` whose resample uniform is below `2**-25`, so `1 - v`
-      is 1 in float32 (a sampler that writes `log(1 - v)` gets `G = +inf` there).
+      is 1 in float32 (a sampler that writes `log(1 - v)` gets `G = +inf` there);
+    - `top_noise`: `(seed, pos, token)` whose resample uniform is the family's largest, where a
+      floor keeps `G` finite (murmur3: `u = 1.0`, `max(1 - u, 2**-24)`), or None when the
+      family's uniforms stay below 1 (triton-philox).
     """
 
     zero_uniform: tuple[int, int]
     tiny_noise: tuple[int, int, int]
+    top_noise: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,12 @@ class StreamFamily:
         if not TINY_NOISE_G < gx < np.inf:
             raise ValueError(f"{who}: edges.tiny_noise {self.edges.tiny_noise} gives G = {gx!r}, not a noise "
                              f"uniform below 2**-25 (G > {TINY_NOISE_G:.2f}): rescan the edge values")
+        if self.edges.top_noise is not None:
+            s, p, x = self.edges.top_noise
+            gx = self.noise(np.array([s], np.int64), np.array([p], np.int64), x + 1)[0, x]
+            if not -np.inf < gx <= TOP_NOISE_G + 1e-9:
+                raise ValueError(f"{who}: edges.top_noise {self.edges.top_noise} gives G = {gx!r}, not the "
+                                 f"floored top of the noise (G = {TOP_NOISE_G:.4f}): rescan the edge values")
 
     @property
     def names(self) -> tuple[str, ...]:

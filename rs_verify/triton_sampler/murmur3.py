@@ -66,3 +66,74 @@ def murmur3_noise(seed, pos, idx):
     goldberg = tl.log(safe_w) * (-u) / tl.where(w == 1.0, -1.0, safe_w - 1.0)
     log1m_u = tl.where(u < SERIES_BELOW, series, tl.where(w == 0.0, LOG_FLOOR, goldberg))
     return -tl.log(-log1m_u)
+
+
+# -- the family's check against the contract (StreamFamily.triton_check) ----------------------
+NOISE_RTOL = 1e-5  # float32 noise vs the contract's float64: ~100 ulp of max(1, |G|) (tl.log is approximate on GPUs)
+CHECK_TOKENS = (0, 37, 2**31 - 40, 2**31 - 3)  # token ranges [a, b): a masked tail and the largest int32 ids
+
+
+@triton.jit
+def probe_kernel(seed_ptr, pos_ptr, hash_ptr, uniform_ptr, noise_ptr, tok0, n_tok, BLOCK: tl.constexpr):
+    """Row `r`: hash, uniform and noise of tokens `tok0 .. tok0 + n_tok - 1` at `(seeds[r], pos[r])`."""
+    r = tl.program_id(0)
+    seed = tl.load(seed_ptr + r)
+    pos = tl.load(pos_ptr + r)
+    for start in range(0, n_tok, BLOCK):
+        j = start + tl.arange(0, BLOCK)
+        mask = j < n_tok
+        idx = tok0 + j
+        h = murmur3_hash(seed, pos, idx)
+        tl.store(hash_ptr + r * n_tok + j, h.to(tl.int32, bitcast=True), mask=mask)
+        tl.store(uniform_ptr + r * n_tok + j, murmur3_uniform(h), mask=mask)
+        tl.store(noise_ptr + r * n_tok + j, murmur3_noise(seed, pos, idx), mask=mask)
+
+
+def triton_hash_and_noise(seeds, pos, tok0: int, n_tok: int):
+    """`(hash uint32, uniform float32, noise float32)` `[rows, n_tok]` from `probe_kernel`."""
+    import numpy as np
+    import torch
+
+    from .sampler import default_device
+
+    dev = default_device()
+    s = torch.from_numpy(np.ascontiguousarray(seeds, np.int64)).to(dev)
+    p = torch.from_numpy(np.ascontiguousarray(pos, np.int64)).to(dev)
+    rows = s.shape[0]
+    h = torch.empty(rows, n_tok, dtype=torch.int32, device=dev)
+    u = torch.empty(rows, n_tok, dtype=torch.float32, device=dev)
+    g = torch.empty(rows, n_tok, dtype=torch.float32, device=dev)
+    if rows:
+        probe_kernel[(rows,)](s, p, h, u, g, tok0, n_tok, BLOCK=64)
+    return h.cpu().numpy().view(np.uint32), u.cpu().numpy(), g.cpu().numpy()
+
+
+def check_matches_contract(seeds, offsets_dtype, offsets) -> None:
+    """`murmur3`'s `StreamFamily.triton_check`: the hash and uniform of this module equal the
+    contract's (`rs_verify.contract.murmur3`) bit for bit, and its float32 noise the contract's
+    float64 noise within `NOISE_RTOL`, for rows `(seeds, offsets as positions)` and the tokens of
+    `CHECK_TOKENS`; `AssertionError` naming the first mismatch."""
+    import numpy as np
+
+    from ..contract import murmur3 as contract
+
+    seeds, pos = np.broadcast_arrays(np.asarray(seeds, np.int64), np.asarray(offsets).astype(np.int64))
+    seeds, pos = seeds.reshape(-1), pos.reshape(-1)
+    for a, b in zip(CHECK_TOKENS[::2], CHECK_TOKENS[1::2]):
+        h, u, g = triton_hash_and_noise(seeds, pos, a, b - a)
+        toks = np.arange(a, b, dtype=np.int64)[None, :]
+        h_ref = contract.hash_words(*contract.key_words(seeds[:, None], pos[:, None], toks))
+        u_ref = contract.uniform_from_hash(h_ref)
+        g_ref = contract.noise_from_uniform(u_ref)
+        for what, got, want in (("hash", h, h_ref), ("uniform", u.view(np.uint32), u_ref.view(np.uint32))):
+            bad = np.argwhere(got != want)
+            if bad.size:
+                i, t = (int(v) for v in bad[0])
+                raise AssertionError(f"murmur3 {what}: {len(bad)} of {got.size} differ; first at seed={int(seeds[i])}, "
+                                     f"pos={int(pos[i])}, token={a + t} ({offsets_dtype} offsets): contract "
+                                     f"0x{int(want[i, t]):08x} vs triton 0x{int(got[i, t]):08x}")
+        err = np.abs(g.astype(np.float64) - g_ref) / np.maximum(1.0, np.abs(g_ref))
+        if not np.all(err <= NOISE_RTOL):
+            i, t = (int(v) for v in np.unravel_index(int(np.argmax(err)), err.shape))
+            raise AssertionError(f"murmur3 noise: relative error {err[i, t]:.3g} > {NOISE_RTOL} at seed={int(seeds[i])}, "
+                                 f"pos={int(pos[i])}, token={a + t}: contract {g_ref[i, t]!r} vs triton {g[i, t]!r}")
