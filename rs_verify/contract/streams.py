@@ -242,4 +242,8 @@ def family_path(record: StreamFamily) -> str | None:
     return None
 
 
-_load_shipped()  # the registry is whole once this module is imported (each family module imports it)
+# The registry is whole once this module is imported, unless a shipped family's module imported it
+# first (it is then mid-import: importing the others now would read it half built); the first
+# lookup then fills the registry (every accessor calls _load_shipped), still once.
+if not any(f"{__package__}.{n}" in sys.modules for n in SHIPPED):
+    _load_shipped()
