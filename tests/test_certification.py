@@ -161,9 +161,51 @@ def test_empty_residual_excuses_only_tokens_that_could_gain_mass(reference):
     other = 3 - ref
     found = compare_decisions(batch, _output([other]), traces).divergences
     assert [(d.kind, d.excused, d.margin, d.tolerance) for d in found] == [("residual", True, 0.0, DEFAULT_EPS)]
-    for token, kind in ((0, "argmax"), (3, "accept")):  # 3 is the rejected draft itself: emitting it accepts it
+    for token in (0, 3):  # 3 is the rejected draft itself: num_sampled = 1 says it is a resample all the same
         found = compare_decisions(batch, _output([token]), traces).divergences
-        assert [(d.kind, d.excused) for d in found] == [(kind, False)], token
+        assert [(d.kind, d.excused) for d in found] == [("argmax", False)], token
+    assert "resample: the production rejected draft 3 at step 0 (num_sampled 1)" in found[0].describe()
+
+
+# -- a rejection whose resample is the draft id: reported as a resample ------------------------------
+
+
+def _with_request(out: SamplerOutput, r: int, tokens) -> SamplerOutput:
+    sampled, num = out.sampled.copy(), out.num_sampled.copy()
+    sampled[r] = -1
+    sampled[r, : len(tokens)] = tokens
+    num[r] = len(tokens)
+    return SamplerOutput(sampled=sampled, num_sampled=num)
+
+
+def test_rejection_that_emits_the_draft_id_is_a_resample_divergence(reference):
+    """A sampler that rejects a draft and emits the draft id itself (vLLM's token 0 from an empty residual,
+    when the draft was token 0): its num_sampled shows the rejection, so the failure names the resample (an
+    argmax divergence with the resample's gap), never "acceptance test diverges" with the test's margin. A
+    sampler that rejects a draft the reference accepted, and resamples that same id, fails on the acceptance
+    test, with the same note."""
+    batch = model_draft_batch(1, filler=False)
+    out, traces = reference.verify_with_trace(batch)
+    n = batch.num_draft_tokens
+    rejected = [(r, int(out.num_sampled[r]) - 1) for r in range(batch.num_reqs) if out.num_sampled[r] <= n[r]]
+    r, t = next((r, t) for r, t in rejected if out.request(r)[t] != batch.draft_tokens(r)[t])
+    d = int(batch.draft_tokens(r)[t])
+    acc = next(x for x in traces[r].decisions if x.kind == "accept" and x.step == t)
+    assert not acc.accepted and abs(acc.margin) > 1e-3  # the reference rejects clearly
+    prod = _with_request(out, r, out.request(r)[:t] + [d])
+    [div] = compare_decisions(batch, prod, traces).divergences
+    assert (div.request, div.step, div.kind, div.prod_token, div.excused) == (r, t, "argmax", d, False)
+    assert div.margin != acc.margin
+    text = div.describe()
+    assert text.startswith(f"request {r}, step {t}: argmax diverges") and "acceptance test" not in text
+    assert f"resample: the production rejected draft {d} at step {t} (num_sampled {t + 1})" in text
+
+    r, t = next((r, 0) for r in range(batch.num_reqs) if out.num_sampled[r] >= 2)  # the reference accepted step 0
+    d = int(batch.draft_tokens(r)[0])
+    [div] = compare_decisions(batch, _with_request(out, r, [d]), traces).divergences
+    acc = next(x for x in traces[r].decisions if x.kind == "accept" and x.step == 0)
+    assert (div.request, div.step, div.kind, div.margin) == (r, 0, "accept", acc.margin)
+    assert f"the production rejected draft {d} at step 0 (num_sampled 1)" in div.describe()
 
 
 def test_tiny_residual_excuses_the_fallback_token_only(reference):

@@ -14,7 +14,9 @@ margin and tolerance scale `L`, computed from the tokens the decision compares o
   reference emits with that near-tie decided the other way (`verify_with_trace(..., flips=...)`),
   itself certified; a tie with top-k's `t` (margin 0) is kept, never excused.
 
-Token-wise requests are compared token by token. A block request (SPEC 4b) is compared by its
+Token-wise requests are compared token by token; the production accepted a draft only when its
+`num_sampled` goes past it, so a rejection whose resample equals the draft id is compared (and
+reported) as a resample. A block request (SPEC 4b) is compared by its
 `tau`: the production's `tau` (its `num_sampled - 1`) must follow from the reference's block
 decisions with only near-ties flipped (the step `tau - 1` accepted, every later verified step
 rejected); the token at `tau` is then compared as an argmax. After an excused divergence the
@@ -112,13 +114,25 @@ def _final_divergence(r, i, trace, ref_tok, prod_tok, eps) -> Divergence:
     return found
 
 
-def _step_divergence(r, i, trace, drafts, ref_tok, prod_tok, eps) -> Divergence:
+def _rejected_note(i, d) -> str:
+    return f"the production rejected draft {d} at step {i} (num_sampled {i + 1}) and resampled that same id"
+
+
+def _step_divergence(r, i, trace, drafts, ref_tok, prod_tok, eps, prod_len) -> Divergence:
+    """Step `i` emits different tokens. The production accepted the draft only if it emitted it and
+    went on (its `num_sampled` says so): a rejection whose resample equals the draft id is a
+    resample, compared as one."""
     acc = _at_step(trace, i, "accept")
     if acc is not None:
         d = int(drafts[i])
-        if acc.accepted != (prod_tok == d):
+        prod_accepted = prod_tok == d and prod_len > i + 1
+        if acc.accepted != prod_accepted:
             tol = eps * acc.scale
             return Divergence(r, i, "accept", ref_tok, prod_tok, acc.margin, tol, abs(acc.margin) <= tol)
+        if prod_tok == d:  # both rejected; the production's resample happens to be the draft id
+            found = _final_divergence(r, i, trace, ref_tok, prod_tok, eps)
+            found.note += f"; a resample: {_rejected_note(i, d)}"
+            return found
     return _final_divergence(r, i, trace, ref_tok, prod_tok, eps)
 
 
@@ -130,9 +144,18 @@ def _token_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | No
         tp = prod[i] if i < len(prod) else None
         if tr == tp:
             continue
+        if tp is None and 0 < i <= len(drafts):
+            # The production stopped after emitting the draft id at step i - 1 that the reference
+            # accepted: it rejected that draft (num_sampled) and resampled the same id.
+            acc = _at_step(trace, i - 1, "accept")
+            if acc is not None and acc.accepted:
+                tol = eps * acc.scale
+                note = f"; {_rejected_note(i - 1, int(drafts[i - 1]))}"
+                return Divergence(r, i - 1, "accept", ref[i - 1], prod[i - 1], acc.margin, tol,
+                                  abs(acc.margin) <= tol, note=note), i - 1
         if tr is None or tp is None:
             return Divergence(r, i, "length", tr, tp, np.inf, 0.0, False), i
-        return _step_divergence(r, i, trace, drafts, tr, tp, eps), i
+        return _step_divergence(r, i, trace, drafts, tr, tp, eps, len(prod)), i
     return None, last
 
 
