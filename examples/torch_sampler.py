@@ -4,10 +4,14 @@ This is what a project gated by rs-verify looks like from the outside: it import
 `SpecBatch`, `SamplerOutput`, `LogprobsTensors` and `validate` from `rs_verify` and
 nothing else of the project. It implements SPEC sections 2-6 exactly, including the
 random streams of section 3a (Philox-4x32-10, written here in int64 torch arithmetic), so
-it declares `streams = "triton-philox"` and is certified against the reference. It has no internal
-chunking (`supports_chunking = False`); the suite chunks it from outside.
+it declares `streams = "triton-philox"` and is certified against the reference. With
+`streams="murmur3"` it draws its resampling noise from SPEC 3b instead (MurmurHash3_x86_32 of
+`(seed_lo, seed_hi, pos_lo, token)`, also in int64 torch arithmetic), as vLLM's rejection
+sampler does from PR 51367 on, and declares that family. It has no internal chunking
+(`supports_chunking = False`); the suite chunks it from outside.
 
 Gate it with:  pytest -p rs_verify --rs-sampler=examples.torch_sampler:TorchSampler
+(the murmur3 family:  --rs-sampler=examples.torch_sampler:murmur3_sampler)
 
 Vectorised over rows: the acceptance tests of every row at once, then one Gumbel-max draw
 per request. Decisions are computed in float64 from the float32 processed logits.
@@ -20,7 +24,8 @@ import torch
 
 from rs_verify import LogprobsTensors, SamplerOutput, SpecBatch, validate
 
-__all__ = ["TorchSampler", "philox_randint", "philox_rand", "uniform_from_int"]
+__all__ = ["TorchSampler", "murmur3_hash", "murmur3_noise", "murmur3_sampler", "philox_randint", "philox_rand",
+           "uniform_from_int"]
 
 # -- Philox-4x32-10 (SPEC section 3), exact in int64 arithmetic ------------------
 
@@ -100,6 +105,48 @@ def philox_rand(seed: torch.Tensor, offset: torch.Tensor, **kw) -> torch.Tensor:
     return uniform_from_int(philox_randint(seed, offset, **kw))
 
 
+# -- MurmurHash3_x86_32 (SPEC section 3b), exact in int64 arithmetic ----------
+
+_C1, _C2, _N_ADD, _F1, _F2 = 0xCC9E2D51, 0x1B873593, 0xE6546B64, 0x85EBCA6B, 0xC2B2AE35
+_NOISE_FLOOR = -24.0 * float(np.log(2.0))  # log(2**-24): u = 1.0 gets the finite noise -log(24 log 2)
+
+
+def _mul32(const: int, x: torch.Tensor) -> torch.Tensor:
+    """`const * x mod 2**32` for `x` in [0, 2**32)."""
+    return _mulhilo(const, x)[1]
+
+
+def _rotl32(x: torch.Tensor, r: int) -> torch.Tensor:
+    return ((x << r) & _M32) | (x >> (32 - r))
+
+
+def murmur3_hash(*words: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3_x86_32 with hash seed 0 of the key made of the given 32-bit words (int64 tensors
+    in [0, 2**32), broadcast), as int64 in [0, 2**32)."""
+    shape = torch.broadcast_shapes(*(w.shape for w in words))
+    h = torch.zeros(shape, dtype=torch.int64, device=words[0].device)
+    for w in words:
+        k = _mul32(_C2, _rotl32(_mul32(_C1, w.expand(shape)), 15))
+        h = (_rotl32(h ^ k, 13) * 5 + _N_ADD) & _M32
+    h = h ^ (4 * len(words))
+    h = _mul32(_F1, h ^ (h >> 16))
+    h = _mul32(_F2, h ^ (h >> 13))
+    return h ^ (h >> 16)
+
+
+def murmur3_noise(seed: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """`G_x` of SPEC 3b (float64, broadcast): the hash of `(seed_lo, seed_hi, pos_lo, x)`, its float32
+    uniform `fp32(h >> 16) * 2**-16 + (fp32(h & 0xFFFF) + 0.5) * 2**-32`, then
+    `-log(-log(max(1 - u, 2**-24)))` (`log(1 - u)` by `log1p(-u)`)."""
+    seed_lo, seed_hi = _words(seed, True)
+    pos_lo, _ = _words(pos, True)
+    h = murmur3_hash(seed_lo, seed_hi, pos_lo, tok & _M32)
+    hi = (h >> 16).to(torch.float32) * torch.tensor(2.0**-16, dtype=torch.float32)
+    lo = ((h & _M16).to(torch.float32) + 0.5) * torch.tensor(2.0**-32, dtype=torch.float32)
+    u = (hi + lo).double()  # the float32 sum, rounded to nearest
+    return -torch.log(-torch.clamp(torch.log1p(-u), min=_NOISE_FLOOR))
+
+
 # -- the sampler -------------------------------------------------------------
 
 
@@ -115,18 +162,36 @@ class TorchSampler:
 
     - validate: reject bad batches with `rs_verify.validate` (SPEC section 9) before any work.
     - device: the torch device computations run on (default "cpu").
+    - streams: "triton-philox" (SPEC 3a, the default) or "murmur3" (3b: the resampling noise is
+      hashed; the acceptance uniforms are 3a's in both).
     """
 
     name = "torch"
     streams = "triton-philox"
     supports_chunking = False
+    STREAMS = ("triton-philox", "murmur3")
 
-    def __init__(self, *, validate: bool = True, device: str = "cpu"):
+    def __init__(self, *, validate: bool = True, device: str = "cpu", streams: str = "triton-philox"):
+        if streams not in self.STREAMS:
+            raise ValueError(f"streams={streams!r}: this sampler draws one of {self.STREAMS}")
         self.validate = bool(validate)
         self.device = torch.device(device)
+        self.streams = streams
+        if streams != type(self).streams:
+            self.name = f"{type(self).name} ({streams})"
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(validate={self.validate}, device={str(self.device)!r})"
+        extra = "" if self.streams == type(self).streams else f", streams={self.streams!r}"
+        return f"{type(self).__name__}(validate={self.validate}, device={str(self.device)!r}{extra})"
+
+    def resample_noise(self, seed: torch.Tensor, pos: torch.Tensor, v_eff: int) -> torch.Tensor:
+        """`G_x` (float64 `[rows, v_eff]`) of the rows keyed by `(seed, pos)` in the sampler's family."""
+        tok = torch.arange(v_eff, device=seed.device, dtype=torch.int64)
+        if self.streams == "murmur3":
+            return murmur3_noise(seed[:, None], pos[:, None], tok[None, :])
+        g = philox_randint(seed, pos)  # int32: the resample seed
+        v = torch.clamp(philox_rand(g[:, None], tok[None, :], seed_is_int32=True, offset_is_int32=True), min=TINY)
+        return -torch.log(-torch.log1p(-v.double()))
 
     # The hooks a deliberately broken subclass overrides (examples/broken_sampler.py).
     def residual(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -219,11 +284,7 @@ class TorchSampler:
                 log_target[hit, d[hit]] = -torch.inf  # one-hot: p with r(d) = 0
             empty = ~torch.isfinite(log_target).any(dim=1)  # no positive mass: p itself
             log_target = torch.where(empty[:, None], logp[rows], log_target)
-            g = philox_randint(seed[rows], pos[rows])  # int32: the resample seed
-            tok = torch.arange(v_eff, device=dev, dtype=torch.int64)
-            v = torch.clamp(philox_rand(g[:, None], tok[None, :], seed_is_int32=True, offset_is_int32=True),
-                            min=TINY)
-            gumbel = -torch.log(-torch.log1p(-v.double()))
+            gumbel = self.resample_noise(seed[rows], pos[rows], v_eff)
             emitted[sto] = torch.argmax(log_target + gumbel, dim=1)
 
         sampled = torch.full((r_count, k + 1), -1, dtype=torch.int64, device=dev)
@@ -268,3 +329,8 @@ class TorchSampler:
             logprobs = LogprobsTensors(np.zeros((0, kk), np.int64), np.zeros((0, kk), np.float32),
                                        np.zeros(0, np.int64), None)
         return SamplerOutput(np.zeros((0, k1), np.int64), np.zeros(0, np.int32), logprobs)
+
+
+def murmur3_sampler(**kwargs) -> TorchSampler:
+    """The sampler of the murmur3 family (SPEC 3b): `TorchSampler(streams="murmur3", ...)`."""
+    return TorchSampler(streams="murmur3", **kwargs)

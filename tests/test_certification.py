@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 
 from mutants.catalogue import by_name
 from rs_verify.reference import ReferenceSampler, acceptance_uniforms
-from rs_verify.engine.runner import make_context
+from rs_verify.engine.runner import make_context, run as run_property
 from rs_verify.properties import PROPERTIES, PropertyFailure
 from rs_verify.properties.certification import DEFAULT_EPS, certify, compare_decisions, compare_logprobs
 from rs_verify.properties.inputs import certifiable_batches
@@ -250,3 +250,39 @@ def test_logprob_tolerance_ignores_filler_tokens(reference):
                                               cu_num_generated_tokens=lp.cu_num_generated_tokens))
         diff = compare_logprobs(batch, out, ref_out, set())
         assert (diff is None) == ok, diff
+
+
+# -- the murmur3 family (SPEC 3b): certified against the reference drawing it --------------------
+
+
+class _Declaring:
+    """A sampler whose declared stream family is not the one it draws: the reference drawing `draws`,
+    declaring `declares`."""
+
+    def __init__(self, declares: str, draws: str):
+        self.name, self.streams = f"{draws} declared as {declares}", declares
+        self.inner = ReferenceSampler(streams=draws)
+
+    def __call__(self, batch, *, max_chunk_logits=None):
+        return self.inner(batch)
+
+
+def _certification(sampler, reference):
+    return run_property(PROPERTIES["certified_equivalence"], make_context(sampler, reference, profile="ci"))
+
+
+def test_murmur3_samplers_are_certified_and_philox_noise_under_its_name_fails(reference):
+    """The oracle draws the declared family (SPEC 8): a murmur3 sampler (the reference itself, and the torch
+    example's own int64 port of the hash) is certified decision by decision at the ci profile; a sampler
+    declaring murmur3 that draws triton-philox noise fails on a resample or bonus token, and so does one
+    declaring triton-philox that draws murmur3 noise."""
+    from examples.torch_sampler import murmur3_sampler
+
+    for sampler in (ReferenceSampler(streams="murmur3"), murmur3_sampler()):
+        outcome = _certification(sampler, reference)
+        assert outcome.status == "passed", outcome.failure and outcome.failure.text()
+        assert outcome.stats["stochastic_decisions"] >= 1000 and outcome.excused == 0
+    for declares, draws in (("murmur3", "triton-philox"), ("triton-philox", "murmur3")):
+        outcome = _certification(_Declaring(declares, draws), reference)
+        assert outcome.status == "failed", (declares, draws)
+        assert "argmax diverges" in outcome.failure.text(), outcome.failure.text()

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from examples.torch_sampler import philox_rand, philox_randint  # noqa: E402
+from examples.torch_sampler import murmur3_hash, murmur3_noise, philox_rand, philox_randint  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGE = [0, 1, -1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, -(2**63), -(2**31), -(2**31) - 1]
@@ -70,3 +70,26 @@ def test_sign_extension_would_be_caught():
     right = philox_randint(g[:, None], x, seed_is_int32=True, offset_is_int32=True)
     wrong = philox_randint(g[:, None].to(torch.int64), x, seed_is_int32=False, offset_is_int32=True)
     assert not torch.equal(right, wrong)
+
+
+def test_murmur3_port_matches_an_independent_murmurhash3():
+    """The example's int64 port of SPEC 3b: its hash equals the mmh3 package's MurmurHash3_x86_32 of the
+    16-byte key (seeds and positions at the int64 edges, positions above 2**32, large token ids), and its
+    noise is the contract's (u = 1.0 included: the planted top edge gets the finite floored noise)."""
+    mmh3 = pytest.importorskip("mmh3")
+    from rs_verify.contract.murmur3 import MURMUR3
+
+    seeds, pos = _pairs(512)
+    pos = np.abs(pos)
+    tok = np.random.default_rng(7).integers(0, 2**31, seeds.size)
+    tok[:3] = [0, 2**31 - 1, 151935]
+    words = [seeds & 0xFFFFFFFF, (seeds >> 32) & 0xFFFFFFFF, pos & 0xFFFFFFFF, tok]
+    got = murmur3_hash(*(torch.from_numpy(np.ascontiguousarray(w, np.int64)) for w in words)).numpy()
+    key = np.stack(words, 1).astype("<u4").tobytes()
+    assert [mmh3.hash(key[16 * i : 16 * i + 16], 0, signed=False) for i in range(seeds.size)] == got.tolist()
+    v = 300
+    g = murmur3_noise(torch.from_numpy(seeds)[:, None], torch.from_numpy(pos)[:, None], torch.arange(v)[None, :])
+    np.testing.assert_allclose(g.numpy(), MURMUR3.gumbel(seeds, pos, v), rtol=1e-14, atol=1e-14)
+    for s, p, x in (MURMUR3.edges.top_noise, MURMUR3.edges.tiny_noise):
+        one = murmur3_noise(torch.tensor([s]), torch.tensor([p]), torch.tensor([x])).item()
+        assert one == pytest.approx(MURMUR3.gumbel([s], [p], x + 1)[0, x], rel=1e-14)
