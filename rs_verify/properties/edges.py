@@ -7,6 +7,10 @@
   writes `log(1 - v)` passes every generated batch. The sampler's stream family holds such
   points (`StreamFamily.edges`, found by an exhaustive scan of its stream); the campaign builds
   requests whose decision flips exactly there and certifies the sampler against the reference.
+  A family whose noise uniforms reach 1 (murmur3: `u = 1.0` for 128 of the 2**32 hashes) floors
+  `1 - u` at `2**-24`, so that token keeps the finite noise `-log(24 log 2)`; its `edges.top_noise`
+  point gets one more request, where that token wins by its logit alone and a sampler without
+  the floor (`G = -inf`) emits another.
 - `tiny_temperatures`: SPEC section 2 makes only `T == 0` greedy. The batch strategies draw
   `T` in `[0.05, 4]`, so a sampler that treats `T <= 1e-5` as greedy (vLLM's `_SAMPLING_EPS`)
   is never caught by certification, whose tolerance `eps * L` grows with `|log p|` of the
@@ -42,32 +46,44 @@ TINY_T_REQUESTS = 32
 TINY_T_VOCAB = 6
 
 
+TOP_NOISE_GAP = 40.0  # the top-noise token's logit above the others': it wins with G = -log(24 log 2) ~ -2.8
+
+
 def edge_batch(draft_mode: str, edges: StreamEdges = TRITON_PHILOX.edges) -> SpecBatch:
     """Request 0: one draft, rejected only because u = TINY (p(d) / q(d) ~ e**-30 < TINY), at the
     zero-uniform point of `edges`. Request 1: no draft; its bonus row's token at the tiny-noise
-    point has logit -40 and the tiny noise v, so it must lose (G ~ 18 < 40)."""
+    point has logit -40 and the tiny noise v, so it must lose (G ~ 18 < 40). Request 2, when the
+    family has a top-noise point: no draft; its bonus row's token there has logit 0 and every
+    other -40, so it wins with its floored finite noise (any other's `G` is below 23) and loses
+    only where its noise is `-inf`."""
     (s0, p0), (s1, p1, tok) = edges.zero_uniform, edges.tiny_noise
-    v = max(EDGE_VOCAB, tok + 1)
-    x = np.zeros((3, v), np.float32)
+    top = edges.top_noise
+    v = max(EDGE_VOCAB, tok + 1, top[2] + 1 if top else 0)
+    reqs = 3 if top else 2
+    x = np.zeros((reqs + 1, v), np.float32)
     x[0] = -1.0
     x[0, 0] = 0.0
     x[0, 1] = -30.0  # the draft d = 1: p(d) ~ 1e-14 < TINY
     x[1] = np.linspace(-2.0, 0.0, v, dtype=np.float32)
     x[2, tok] = -40.0
+    if top:
+        x[3] = -TOP_NOISE_GAP
+        x[3, top[2]] = 0.0
     draft_logits = None
     if draft_mode == "model":
-        draft_logits = np.full((2, 1, v), -5.0, np.float32)
+        draft_logits = np.full((reqs, 1, v), -5.0, np.float32)
         draft_logits[0, 0, 1] = 0.0  # q(d) ~ 0.95
-    ids = np.array([0, 1, 0], np.int64)  # row 0 verifies ids[1] = 1
+    ids = np.zeros(reqs + 1, np.int64)
+    ids[1] = 1  # row 0 verifies ids[1] = 1
     return SpecBatch(
         target_logits=x,
         draft_logits=draft_logits,
         draft_token_ids=ids,
-        cu_num_logits=np.array([0, 2, 3], np.int32),
-        pos=np.array([p0, p0 + 1, p1], np.int64),
-        idx_mapping=np.array([0, 1], np.int32),
-        temperature=np.ones(2, np.float32),
-        seeds=np.array([s0, s1], np.int64),
+        cu_num_logits=np.array([0, 2, 3, 4][: reqs + 1], np.int32),
+        pos=np.array([p0, p0 + 1, p1] + ([top[1]] if top else []), np.int64),
+        idx_mapping=np.arange(reqs, dtype=np.int32),
+        temperature=np.ones(reqs, np.float32),
+        seeds=np.array([s0, s1] + ([top[0]] if top else []), np.int64),
         num_speculative_steps=1,
     )
 
@@ -84,17 +100,20 @@ def stream_edges(ctx, _drawn) -> None:
                               "and the accurate log(1 - v) cannot be planted")
     family.check()  # the edge values really are edges (a change of the stream would make this vacuous)
     tok = family.edges.tiny_noise[2]
+    top = family.edges.top_noise
+    where = (f"u = 0 clamped to TINY at request 0, v at {family.edges.tiny_noise} below 2**-25 at request 1"
+             + (f", the largest noise uniform at {top} (1 - u floored at 2**-24) at request 2" if top else ""))
     for mode in [m for m in ("one_hot", "model") if m in ctx.record.draft_modes]:
         batch = edge_batch(mode, family.edges)
         ref_out, traces = oracle.verify_with_trace(batch)
-        if ref_out.request(0)[:1] == [1] or ref_out.request(1) == [tok]:
+        if (ref_out.request(0)[:1] == [1] or ref_out.request(1) == [tok]
+                or (top is not None and ref_out.request(2) != [top[2]])):
             raise AssertionError(f"stream_edges ({mode}): the reference no longer takes the edge: "
-                                 f"{ref_out.request(0)}, {ref_out.request(1)}")
+                                 f"{[ref_out.request(r) for r in range(batch.num_reqs)]}")
         out = call(ctx.sampler, batch)
         found = compare_decisions(batch, out, traces).failed
         if found:
-            raise PropertyFailure(f"{mode} drafts at {family.name} edge values (u = 0 clamped to TINY at request "
-                                  f"0, v at {family.edges.tiny_noise} below 2**-25 at request 1): "
+            raise PropertyFailure(f"{mode} drafts at {family.name} edge values ({where}): "
                                   + "; ".join(d.describe() for d in found), batch=batch)
 
 
