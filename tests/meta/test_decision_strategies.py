@@ -325,8 +325,12 @@ def test_decision_batches_with_block_and_parameters_validate(batch):
 
 def test_block_batches_reach_eight_drafts():
     """K up to 8: with `max_spec_steps = 8` (the default; the gpu and nightly profiles) block batches
-    verify eight drafts within 40 examples (the ci and dev profiles cap K at 4)."""
-    batches = _sweep(decision_batches(max_vocab=300, **TRITON_DECLARED), "block-k8")
+    verify eight drafts within the gpu profile's 200 examples (the ci and dev profiles cap K at 4).
+    Such a batch is rare early in a run (Hypothesis grows its draws): in two 200-example sweeps the
+    first came at examples 72 and 98, so a budget of 40 held only by the luck of the draw (whose
+    constants change with the project's own source)."""
+    gpu_examples = settings.get_profile("gpu").max_examples
+    batches = _sweep(decision_batches(max_vocab=300, **TRITON_DECLARED), "block-k8", gpu_examples)
     assert any(b.verification == "block" and b.num_speculative_steps == 8 and (b.num_draft_tokens == 8).any()
                for b in batches), sorted({(b.verification, b.num_speculative_steps) for b in batches})
 
