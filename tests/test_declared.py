@@ -192,20 +192,27 @@ class Declaring:
 '''
 
 
-def test_an_isolated_sampler_is_seen_exactly_as_in_process(tmp_path, monkeypatch):
-    """The child sends its record and nothing else, so every declaration (`block_v` included: the
-    vocabularies the strategies tailor to the sampler's block) crosses the process boundary."""
+def _records_here_and_in_a_child(tmp_path, monkeypatch, module: str, text: str, attr: str):
+    """`(record in process, record from a child, the child)` of `module:attr` written from `text`."""
     from rs_verify.engine import isolation
     from rs_verify.harness.samplers import load_sampler
 
-    (tmp_path / "declaring.py").write_text(DECLARING)
+    (tmp_path / f"{module}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    here = record_of(load_sampler("declaring:Declaring"))
-    child = isolation.load("declaring:Declaring", "property", device_name="cpu", sys_path=[str(tmp_path)])
+    here = record_of(load_sampler(f"{module}:{attr}"))
+    child = isolation.load(f"{module}:{attr}", "property", device_name="cpu", sys_path=[str(tmp_path)])
     try:
-        there = record_of(child)
+        return here, record_of(child), child
     finally:
         child.close()
+
+
+def test_an_isolated_sampler_is_seen_exactly_as_in_process(tmp_path, monkeypatch):
+    """The child sends its record and nothing else, so every declaration (`block_v` included: the
+    vocabularies the strategies tailor to the sampler's block) crosses the process boundary."""
+    from rs_verify.harness.samplers import load_sampler
+
+    here, there, child = _records_here_and_in_a_child(tmp_path, monkeypatch, "declaring", DECLARING, "Declaring")
     assert there == here.replace(loaded_as="declaring:Declaring") and there.block_v == 32 and there.has_unvalidated
     assert make_context(child, profile="ci").batch_kwargs == make_context(load_sampler("declaring:Declaring"),
                                                                           profile="ci").batch_kwargs
@@ -230,17 +237,7 @@ class OwnFamily:
 def test_an_isolated_samplers_own_stream_family_crosses_by_its_path(tmp_path, monkeypatch):
     """A family the suite does not ship (SPEC 3d) is sent by its module:attribute path and read back
     as the same record."""
-    from rs_verify.engine import isolation
-    from rs_verify.harness.samplers import load_sampler
-
-    (tmp_path / "own_family.py").write_text(OWN_FAMILY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    here = record_of(load_sampler("own_family:OwnFamily"))
-    child = isolation.load("own_family:OwnFamily", "property", device_name="cpu", sys_path=[str(tmp_path)])
-    try:
-        there = record_of(child)
-    finally:
-        child.close()
+    here, there, _ = _records_here_and_in_a_child(tmp_path, monkeypatch, "own_family", OWN_FAMILY, "OwnFamily")
     assert here.family.name == "philox-copy" and there.family is here.family
     assert there == here.replace(loaded_as="own_family:OwnFamily")
 
