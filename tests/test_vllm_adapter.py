@@ -1,13 +1,20 @@
-"""The vLLM adapter (rs_verify.adapters.vllm) without vLLM: its conversion, checked against a
-function with vLLM's calling convention built from this project's own Triton kernels.
+"""The vLLM adapter (rs_verify.adapters.vllm) without vLLM: its conversion, checked against
+functions with vLLM's calling convention built from this project's own samplers.
 
-`convention_rejection_sample` takes exactly what vLLM's MRV2 `rejection_sample` takes (processed
-fp32 logits, the expanded index arrays, ...), checks what vLLM's kernels rely on, and verifies
-with the built-in kernels. The adapter over it must reproduce the built-in sampler bit for bit
-on generated batches: any slip in the conversion (temperature, layouts, dtypes, the -1 padding
-of `sampled`) changes a token or trips a check.
+`convention_rejection_sample` takes exactly what vLLM's MRV2 `rejection_sample` took before vLLM
+PRs 50910 and 51367 (processed fp32 logits, the expanded index arrays, ...), checks what vLLM's
+kernels rely on, and verifies with the built-in kernels. The adapter over it must reproduce the
+built-in sampler bit for bit on generated batches: any slip in the conversion (temperature,
+layouts, dtypes, the -1 padding of `sampled`) changes a token or trips a check.
+
+`reference_rejection_sample(streams, draft_logits)` is the same convention over the float64
+reference, of either stream family and either draft-logit convention (`"raw"`: the function
+divides the draft logits by the temperature itself, as vLLM does from PR 50910 on). The adapter
+must tell each apart by its probe and pass the gate over it; forced to the wrong convention, it
+must fail.
 """
 
+import re
 import sys
 
 import numpy as np
@@ -16,7 +23,12 @@ import torch
 from hypothesis import given, settings
 
 from rs_verify.adapters.vllm import VllmSampler
+from rs_verify.adapters.vllm_probe import ProbeError, predictions, probe_batch
+from rs_verify.contract.batch import SpecBatch
+from rs_verify.engine.runner import Outcome, make_context, run
+from rs_verify.properties import PROPERTIES
 from rs_verify.properties.assertions import assert_same_output, call
+from rs_verify.reference import ReferenceSampler
 from rs_verify.strategies import spec_batches
 
 
@@ -54,6 +66,41 @@ def convention_rejection_sample(target_logits, draft_logits, draft_sampled, cu_n
     return torch.where(cols[None, :] < num_sampled[:, None].long(), sampled, 0), num_sampled
 
 
+def reference_rejection_sample(streams: str, draft_logits: str):
+    """vLLM's MRV2 calling convention over the float64 reference drawing `streams`, taking draft
+    logits `draft_logits`: "processed" (divided by T, float32: vLLM before PR 50910) or "raw"
+    (before temperature, in the logits' dtype, divided here on load as vLLM's kernels do from
+    PR 50910 on)."""
+    reference = ReferenceSampler(streams=streams, validate=False)  # the adapter validated the batch
+    convention = draft_logits
+
+    def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                         expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
+                         synthetic_conditional_rates=None, use_fp64=False, use_block_verification=False):
+        assert target_logits.dtype == torch.float32 and target_logits.stride(-1) == 1
+        t = temperature.cpu().numpy()
+        drafts = None
+        if draft_logits is not None:
+            assert draft_logits.stride(-1) == 1
+            assert convention == "raw" or draft_logits.dtype == torch.float32, "processed draft logits are float32"
+            drafts = draft_logits.float().cpu().numpy()
+            if convention == "raw":  # z = fp32(x) / T on load; greedy states' drafts are never read
+                with np.errstate(over="ignore"):  # as IEEE division does, to inf
+                    drafts = drafts / np.where(t > 0, t, np.float32(1))[:, None, None]
+        # The target logits arrive processed: the reference verifies them at T = 1 (z / 1 == z).
+        batch = SpecBatch(target_logits=target_logits.cpu().numpy(), draft_logits=drafts,
+                          draft_token_ids=draft_sampled.cpu().numpy(), cu_num_logits=cu_num_logits.cpu().numpy(),
+                          pos=pos.cpu().numpy(), idx_mapping=idx_mapping.cpu().numpy(),
+                          temperature=np.where(t > 0, 1, 0).astype(np.float32), seeds=seed.cpu().numpy(),
+                          num_speculative_steps=num_speculative_steps,
+                          verification="block" if use_block_verification else "token")
+        out = reference(batch)
+        # vLLM allocates `sampled` with new_empty: nothing past num_sampled is defined. Token 0 there.
+        return torch.from_numpy(np.maximum(out.sampled, 0)), torch.from_numpy(out.num_sampled.astype(np.int32))
+
+    return rejection_sample
+
+
 @pytest.fixture(scope="module")
 def adapter(triton_sampler):
     def fn(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, expanded_idx_mapping,
@@ -80,11 +127,13 @@ def test_adapter_equals_builtin_sampler(adapter, triton_sampler, batch):
 
 def test_declared_capabilities(adapter):
     assert adapter.supports_logprobs is False and adapter.supports_chunking is False
-    assert adapter.streams == "triton-philox" and adapter.interpreted == (adapter.device.type != "cuda")
+    assert adapter.streams == "triton-philox" and adapter.draft_logits == "processed"  # told by the probe
+    assert adapter.interpreted == (adapter.device.type != "cuda")
     assert adapter.verification_methods == {"token", "block"} and adapter.sampling_params == frozenset()
     raw = adapter.unvalidated()
     assert raw.validate is False and raw.rejection_sample is adapter.rejection_sample
     assert raw.verification_methods == adapter.verification_methods
+    assert (raw.streams, raw.draft_logits) == (adapter.streams, adapter.draft_logits)
 
 
 def test_block_declared_only_with_use_block_verification():
@@ -96,7 +145,7 @@ def test_block_declared_only_with_use_block_verification():
               expanded_local_pos, temperature, seed, num_speculative_steps):
         raise AssertionError("never called")
 
-    sampler = VllmSampler(rejection_sample=older, device="cpu")
+    sampler = VllmSampler(rejection_sample=older, device="cpu", streams="triton-philox", draft_logits="processed")
     assert sampler.verification_methods == {"token"} and "use_block_verification" not in sampler.parameters
     batch = SpecBatch(target_logits=np.zeros((1, 5), np.float32), draft_logits=None,
                       draft_token_ids=np.zeros(1, np.int64), cu_num_logits=np.array([0, 1], np.int32),
@@ -135,3 +184,98 @@ def test_empty_arrays_get_ordinary_strides(adapter):
     args = adapter.arguments(batch)
     assert args["draft_logits"].shape == (2, 0, 5) and args["draft_logits"].stride() == (5, 5, 1)
     assert args["expanded_idx_mapping"].tolist() == [1, 0] and args["expanded_local_pos"].tolist() == [0, 0]
+
+
+# -- the stream family and the draft-logit convention: told by the probe, each gated --------------
+
+BEFORE_BOTH, BOTH = ("triton-philox", "processed"), ("murmur3", "raw")  # vLLM before / from PRs 50910, 51367
+CONVENTIONS = [BEFORE_BOTH, BOTH, ("triton-philox", "raw"), ("murmur3", "processed")]
+
+
+def _vllm(convention, **forced):
+    """The adapter over the reference of `convention` = (streams, draft_logits); `forced`: overrides."""
+    return VllmSampler(rejection_sample=reference_rejection_sample(*convention), device="cpu", **forced)
+
+
+def test_the_probe_batch_tells_the_four_conventions_apart():
+    """The family shows in request 0's resampled token, the draft-logit convention in whether
+    request 1 accepts its draft (`predictions` also checks every pair differs)."""
+    got = predictions()
+    assert set(got) == set(CONVENTIONS)
+    assert {got[(f, "processed")].sampled[0, 0] for f in ("triton-philox", "murmur3")} == {1, 7}
+    assert [got[(f, c)].num_sampled[1] for f, c in CONVENTIONS] == [2, 1, 1, 2]
+
+
+@pytest.mark.parametrize("streams, draft_logits", CONVENTIONS)
+def test_the_probe_tells_what_the_function_draws(streams, draft_logits):
+    convention = (streams, draft_logits)
+    sampler = _vllm(convention)
+    assert (sampler.streams, sampler.draft_logits) == convention
+    # One given, the other asked.
+    assert _vllm(convention, streams=streams).draft_logits == draft_logits
+    assert _vllm(convention, draft_logits=draft_logits).streams == streams
+    assert f"streams={streams!r}, draft_logits={draft_logits!r}" in repr(sampler)
+
+
+def _gate(name: str, sampler, reference) -> Outcome:
+    """Property `name` on `sampler` at the ci profile, as the gate runs it."""
+    return run(PROPERTIES[name], make_context(sampler, reference, profile="ci"))
+
+
+@pytest.mark.parametrize("name", ["certified_equivalence", "output_invariants", "blackbox_chunking"])
+@pytest.mark.parametrize("convention", CONVENTIONS, ids=["before-both", "both", "philox-raw", "murmur3-processed"])
+def test_the_gate_passes_each_vllm(name, convention, reference):
+    """Through the shipped adapter, with what the probe found."""
+    outcome = _gate(name, _vllm(convention), reference)
+    assert outcome.status == "passed", outcome.failure.text() if outcome.failure else outcome.reason
+    assert outcome.stats.get("stochastic_decisions", 100) >= 100
+
+
+DECISIONS_DIFFER = "differ from the reference|outside the residual"
+
+
+@pytest.mark.parametrize("convention, forced, says", [
+    (BOTH, ("murmur3", "processed"), DECISIONS_DIFFER),  # the draft logits divided twice: q of d / T**2
+    (BOTH, ("triton-philox", "raw"), DECISIONS_DIFFER),  # Philox noise declared
+    # The draft logits never divided (q of d), and handed in bfloat16 where float32 is taken.
+    (BEFORE_BOTH, ("triton-philox", "raw"), DECISIONS_DIFFER + "|processed draft logits are float32"),
+], ids=["divides-twice", "philox-declared", "divides-never"])
+def test_an_adapter_forced_to_the_wrong_convention_fails(convention, forced, says, reference):
+    outcome = _gate("certified_equivalence", _vllm(convention, streams=forced[0], draft_logits=forced[1]), reference)
+    assert outcome.status == "failed" and re.search(says, outcome.failure.text()), outcome.status
+
+
+def test_an_answer_the_probe_cannot_read_fails_with_what_to_pass():
+    fake = reference_rejection_sample(*BOTH)
+
+    def other_stream(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                     expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps):
+        return fake(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                    expanded_idx_mapping, expanded_local_pos, temperature, seed + 1, num_speculative_steps)
+
+    with pytest.raises(ProbeError, match=r"(?s)cannot tell.*murmur3 noise, raw draft logits.*streams=\.\.\., "
+                                         r"draft_logits=\.\.\."):
+        VllmSampler(rejection_sample=other_stream, device="cpu")
+
+    def broken(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+               expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(ProbeError, match="probe call of .*broken failed .*illegal memory access.*streams="):
+        VllmSampler(rejection_sample=broken, device="cpu")
+    with pytest.raises(ValueError, match="draft_logits must be one of"):
+        VllmSampler(rejection_sample=broken, device="cpu", streams="murmur3", draft_logits="divided")
+
+
+@pytest.mark.parametrize("draft_logits", ["processed", "raw"])
+def test_draft_logits_are_handed_as_the_convention_says(draft_logits):
+    """Raw: the batch's draft logits in its logits dtype, untouched; processed: float32, divided by T."""
+    batch = probe_batch().replace(logits_dtype="bfloat16")
+    sampler = VllmSampler(rejection_sample=reference_rejection_sample(*BOTH), device="cpu", streams="murmur3",
+                          draft_logits=draft_logits)
+    handed = sampler.arguments(batch)["draft_logits"]
+    raw = torch.from_numpy(np.array(batch.draft_logits))
+    if draft_logits == "raw":
+        assert handed.dtype == torch.bfloat16 and torch.equal(handed.float(), raw)
+    else:
+        assert handed.dtype == torch.float32 and torch.equal(handed, raw / 0.5)

@@ -4,4 +4,5 @@ Each adapter imports its library lazily (when a sampler is built), so importing 
 package needs nothing beyond rs-verify's own dependencies.
 
 - `rs_verify.adapters.vllm:VllmSampler`: vLLM's model runner v2 `rejection_sample`.
+  `rs_verify.adapters.vllm_probe` asks it which stream family it draws and how it takes draft logits.
 """

@@ -9,7 +9,7 @@ and passed by parameter name (a parameter the adapter does not know fails at con
 
     rejection_sample(
         target_logits,          # float32 [N, V]: processed logits (SPEC 2), stride(-1) == 1
-        draft_logits,           # float32 [S, K, Vd]: processed draft logits, or None (one-hot drafts)
+        draft_logits,           # [S, K, Vd] draft logits (processed or raw, below), or None (one-hot drafts)
         draft_sampled,          # int64 [N]: row j verifies draft_sampled[j + 1] (SpecBatch.draft_token_ids)
         cu_num_logits,          # int32 [R + 1]
         pos,                    # int64 [N]
@@ -25,9 +25,13 @@ and passed by parameter name (a parameter the adapter does not know fails at con
 What the adapter does in vLLM's place:
 - Processed logits (SPEC section 2): vLLM passes `Sampler.apply_sampling_params(logits)`; the
   adapter computes `z = fp32(x) / T` with IEEE division (torch `/`), `T = 1` for greedy states,
-  for the target rows and for the draft logits, from logits held in the batch's `logits_dtype`.
-  (vLLM's own temperature kernel may round differently, and it also applies top-k / top-p /
-  penalties, which the SPEC does not have.)
+  for the target rows, from logits held in the batch's `logits_dtype`. (vLLM's own temperature
+  kernel may round differently, and it also applies top-k / top-p / penalties, which the SPEC
+  does not have.)
+- Draft logits as vLLM's model runner hands them (`draft_logits`): `"processed"` (before vLLM
+  PR 50910) divided by `T` the same way, in float32; `"raw"` (from PR 50910 on, which caches
+  them before temperature and divides inside the rejection kernels) as the batch holds them,
+  in its `logits_dtype`.
 - `expanded_idx_mapping` / `expanded_local_pos` as vLLM's `expand_idx_mapping` builds them.
 - Every input is a freshly allocated C-contiguous tensor, so empty ones (`K = 0`) have
   ordinary strides too.
@@ -39,10 +43,16 @@ What the adapter does in vLLM's place:
 Declared capabilities (SPEC section 10): no logprobs (`supports_logprobs = False`: vLLM computes
 them outside `rejection_sample`, and logprobs made here would test the adapter), no internal
 chunking (vLLM chunks in `RejectionSampler._verify_in_chunks`; the suite chunks from outside),
-`streams = "triton-philox"` (vLLM's Philox streams, SPEC 3a), every draft mode and logits dtype,
-no sampling parameters (`sampling_params` is empty: vLLM applies top-k / top-p / min-p in
-`Sampler.apply_sampling_params`, outside `rejection_sample`; docs/vllm.md says what gating that
-would take). On a machine without CUDA the kernels run under Triton's interpreter (`interpreted = True`).
+`streams` = `"triton-philox"` (SPEC 3a, before vLLM PR 51367) or `"murmur3"` (3b, from it on),
+every draft mode and logits dtype, no sampling parameters (`sampling_params` is empty: vLLM
+applies top-k / top-p / min-p in `Sampler.apply_sampling_params`, outside `rejection_sample`;
+docs/vllm.md says what gating that would take). On a machine without CUDA the kernels run under
+Triton's interpreter (`interpreted = True`).
+
+Which stream family and draft-logit convention the wrapped function has is not in its signature:
+building the sampler asks it, with one call on a four-row probe batch whose output differs under
+each combination (`rs_verify.adapters.vllm_probe`); `streams=` and `draft_logits=` given to the
+constructor are taken as known and not asked.
 """
 
 from __future__ import annotations
@@ -58,7 +68,10 @@ from ..harness import device as backend
 from ..contract import methods
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
+from ..contract.streams import StreamFamily, family as family_of, registered
 from ..contract.validation import validate as validate_batch
+from . import vllm_probe
+from .vllm_probe import DRAFT_LOGITS, RAW
 import torch
 
 VLLM_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
@@ -102,18 +115,22 @@ class VllmSampler:
     - rejection_sample: the function to wrap (default: imported from vllm when the sampler is built).
     - device: torch device; None picks "cuda" when available, else "cpu" (Triton's interpreter).
     - validate: run `rs_verify.validate` before any device work (`unvalidated()` turns it off).
+    - streams: the stream family the function draws (`"triton-philox"`, `"murmur3"`, or another
+      family's name or record); None: asked by the probe.
+    - draft_logits: `"processed"` (the function takes draft logits divided by the temperature) or
+      `"raw"` (before temperature, in the logits' dtype; it divides); None: asked by the probe.
     """
 
     name = "vllm-mrv2"
     supports_chunking = False
-    streams = "triton-philox"
     supports_logprobs = False
     draft_modes = frozenset({"model", "one_hot"})
     logits_dtypes = frozenset({"float32", "bfloat16", "float16"})
     memory_stats = False
     sampling_params = frozenset()  # vLLM applies them before rejection_sample (docs/vllm.md)
 
-    def __init__(self, *, rejection_sample=None, device=None, validate: bool = True):
+    def __init__(self, *, rejection_sample=None, device=None, validate: bool = True,
+                 streams: str | StreamFamily | None = None, draft_logits: str | None = None):
 
         if "triton" not in sys.modules:  # vLLM's kernels are Triton code: the suite's backend choice first
             backend.resolve()
@@ -124,17 +141,41 @@ class VllmSampler:
         offered = (methods.BLOCK,) if BLOCK_PARAMETER in self.parameters else ()
         self.verification_methods = frozenset(m.name for m in (methods.TOKEN, *offered))
         self.validate = bool(validate)
+        if draft_logits is not None and draft_logits not in DRAFT_LOGITS:
+            raise ValueError(f"draft_logits must be one of {list(DRAFT_LOGITS)} or None (asked by the probe), "
+                             f"not {draft_logits!r}")
+        if streams is None or draft_logits is None:
+            found, draft_logits = vllm_probe.detect(self._probe_run, streams=streams, draft_logits=draft_logits)
+        else:
+            found = family_of(streams)
+        self.streams = found.name if registered(found) else found  # the declaration (SPEC section 10)
+        self.draft_logits = draft_logits
+
+    def _probe_run(self, batch: SpecBatch) -> SamplerOutput:
+        """The wrapped function's output for the probe's batch, its draft logits handed raw."""
+        try:
+            return self._verify(batch, self.arguments(batch, draft_logits=RAW))
+        except Exception as exc:
+            raise vllm_probe.ProbeError(
+                f"the vLLM adapter's probe call of {self._function_name()} failed ({type(exc).__name__}: {exc}). "
+                f"{vllm_probe.OVERRIDE}") from exc
 
     def unvalidated(self) -> "VllmSampler":
         """The same sampler with validation off (SPEC section 9: the kernels must stay in bounds)."""
-        return type(self)(rejection_sample=self.rejection_sample, device=self.device, validate=False)
+        return type(self)(rejection_sample=self.rejection_sample, device=self.device, validate=False,
+                          streams=self.streams, draft_logits=self.draft_logits)
+
+    def _function_name(self) -> str:
+        return getattr(self.rejection_sample, "__module__", "?") + "." + getattr(self.rejection_sample, "__name__", "?")
 
     def __repr__(self) -> str:
-        fn = getattr(self.rejection_sample, "__module__", "?") + "." + getattr(self.rejection_sample, "__name__", "?")
-        return f"VllmSampler(rejection_sample={fn}, device={str(self.device)!r}, validate={self.validate})"
+        streams = self.streams if isinstance(self.streams, str) else self.streams.name
+        return (f"VllmSampler(rejection_sample={self._function_name()}, device={str(self.device)!r}, "
+                f"validate={self.validate}, streams={streams!r}, draft_logits={self.draft_logits!r})")
 
-    def arguments(self, batch: SpecBatch) -> dict:
-        """The keyword arguments of the wrapped function for `batch` (device tensors, vLLM's layout)."""
+    def arguments(self, batch: SpecBatch, *, draft_logits: str | None = None) -> dict:
+        """The keyword arguments of the wrapped function for `batch` (device tensors, vLLM's layout);
+        `draft_logits`: the convention to hand draft logits in (default: the sampler's)."""
 
         dev = self.device
 
@@ -158,9 +199,11 @@ class VllmSampler:
         target = tensor(batch.target_logits, logits_dtype).float() / row_t.unsqueeze(1)
         draft = None
         if batch.draft_logits is not None:
-            draft = tensor(batch.draft_logits, logits_dtype).float()
-            s = min(draft.shape[0], len(t_div))
-            draft[:s] /= t_div[:s].view(-1, 1, 1)
+            draft = tensor(batch.draft_logits, logits_dtype)  # raw: vLLM divides by T in its kernels
+            if (draft_logits or self.draft_logits) != RAW:  # processed: the model runner divided
+                draft = draft.float()
+                s = min(draft.shape[0], len(t_div))
+                draft[:s] /= t_div[:s].view(-1, 1, 1)
         values = dict(
             target_logits=target.contiguous(), draft_logits=None if draft is None else draft.contiguous(),
             draft_sampled=tensor(batch.draft_token_ids, torch.int64),
@@ -185,7 +228,10 @@ class VllmSampler:
             validate_batch(batch)
         if batch.num_reqs == 0:
             return dataclasses.replace(empty_output(batch), logprobs=None)
-        sampled, num_sampled = self.rejection_sample(**self.arguments(batch))[:2]
+        return self._verify(batch, self.arguments(batch))
+
+    def _verify(self, batch: SpecBatch, arguments: dict) -> SamplerOutput:
+        sampled, num_sampled = self.rejection_sample(**arguments)[:2]
         sampled = sampled.cpu().numpy().astype(np.int64, copy=False)
         num_sampled = num_sampled.cpu().numpy().astype(np.int32, copy=False)
         cols = np.arange(batch.num_speculative_steps + 1)

@@ -1,0 +1,127 @@
+"""What the wrapped vLLM `rejection_sample` draws, and how it takes draft logits: a probe.
+
+vLLM's model runner v2 rejection sampler changed twice under the same calling convention:
+- its resample and bonus noise: Triton Philox (SPEC 3a, `"triton-philox"`) before vLLM PR 51367,
+  a MurmurHash3 of `(seed, pos, token)` (SPEC 3b, `"murmur3"`) from it on; the acceptance
+  uniform is Philox in both;
+- its draft logits: processed (divided by the temperature) by the model runner before vLLM
+  PR 50910; from it on cached before temperature, in the logits' dtype, and divided by the
+  temperature inside the rejection kernels (`"raw"`).
+Neither change shows in the signature, so `detect` asks the function itself: one call on
+`probe_batch()`, whose output differs under each of the four combinations, compared with the
+float64 reference's output under each (`predictions`).
+
+The batch: `V = 16`, model drafts, `K = 1`, two stochastic requests with `T = 0.5` (a power of
+two, so scaling logits by `T` is exact):
+- request 0 (state 0, seed 1, positions 100, 101) drafts token 5, which the target excludes
+  (logit `-2**14`, so `p(5) = 0`): rejected whatever the draft logits, and resampled from the
+  target's other 15 tokens, all equally likely, so the token is the argmax of the row's noise
+  over them: 1 under triton-philox, 7 under murmur3 (the noise family);
+- request 1 (state 1, seed 1, positions 200, 201) drafts token 1 with target logit 2.5 (after
+  temperature; 0 elsewhere) and draft logit 2 (0 elsewhere), handed to vLLM before temperature.
+  If vLLM divides the draft logits by `T` (raw convention), `q(1) = e**4 / (e**4 + 15) = 0.78`
+  and `p(1) / q(1) = 0.57` is below the row's acceptance uniform `u = 0.977`: rejected,
+  `num_sampled = 1`. If it takes them as processed, `q(1) = e**2 / (e**2 + 15) = 0.33 < p(1) =
+  0.45`: accepted, `num_sampled = 2` (the draft-logit convention).
+Every emitted token leads the next-best of its row by at least 0.12 in noise in both families, and
+every acceptance decision is at least 0.3 from its threshold in log, so a float32 kernel decides
+as the reference does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..contract.batch import SamplerOutput, SpecBatch
+from ..contract.streams import StreamFamily, family as family_of
+
+__all__ = ["DRAFT_LOGITS", "PROCESSED", "RAW", "STREAMS", "ProbeError", "detect", "predictions", "probe_batch"]
+
+PROCESSED, RAW = "processed", "raw"
+DRAFT_LOGITS = (PROCESSED, RAW)  # divided by T by the model runner (before PR 50910) / inside the kernels (from it on)
+STREAMS = ("triton-philox", "murmur3")  # before / from vLLM PR 51367
+VOCAB, TEMPERATURE, EXCLUDED = 16, 0.5, -2.0**14  # exact in every logits dtype
+
+
+OVERRIDE = ("If you know its convention, pass VllmSampler(streams=..., draft_logits=...): then the probe is "
+            "skipped and the gate's properties report any wrong output.")
+
+
+class ProbeError(RuntimeError):
+    """The wrapped function's answer to the probe fits none of the conventions the adapter knows."""
+
+
+def probe_batch() -> SpecBatch:
+    """The probe's batch (see the module docstring); raw logits, as a `SpecBatch` holds them."""
+    t = TEMPERATURE
+    x = np.zeros((4, VOCAB), np.float32)
+    x[0, 5] = EXCLUDED  # request 0: the draft (token 5) is excluded by the target
+    x[2, 1] = 2.5 * t  # request 1: z(1) = 2.5 after temperature
+    d = np.zeros((2, 1, VOCAB), np.float32)
+    d[0, 0, :] = EXCLUDED
+    d[0, 0, 5] = 0.0  # q of request 0: all on token 5
+    d[1, 0, 1] = 2.0  # request 1's draft logit of token 1, before temperature
+    return SpecBatch(target_logits=x, draft_logits=d, draft_token_ids=np.array([0, 5, 0, 1], np.int64),
+                     cu_num_logits=np.array([0, 2, 4], np.int32), pos=np.array([100, 101, 200, 201], np.int64),
+                     idx_mapping=np.array([0, 1], np.int32), temperature=np.full(2, t, np.float32),
+                     seeds=np.array([1, 1], np.int64), num_speculative_steps=1)
+
+
+def _as_processed(batch: SpecBatch) -> SpecBatch:
+    """The batch whose correct output is what a function that takes `batch`'s draft logits as
+    already divided by `T` returns: draft logits scaled by `T` (exact for a power of two)."""
+    t = np.asarray(batch.temperature, np.float32)[:, None, None]
+    return batch.replace(draft_logits=(np.asarray(batch.draft_logits) * t).astype(np.float32))
+
+
+def predictions(streams=STREAMS, draft_logits=DRAFT_LOGITS) -> dict[tuple[str, str], SamplerOutput]:
+    """The reference's output of `probe_batch()` with its draft logits handed before temperature,
+    under each stream family and draft-logit convention: `{(family name, convention): output}`."""
+    from ..reference import ReferenceSampler  # lazy: the reference is needed only when probing
+
+    batch = probe_batch()
+    out = {}
+    for which in streams:
+        ref = ReferenceSampler(streams=which)
+        for convention in draft_logits:
+            out[(ref.family.name, convention)] = ref(_as_processed(batch) if convention == PROCESSED else batch)
+    keys = list(out)
+    for i, a in enumerate(keys):  # the shipped families' answers differ by design; another family's may not
+        for b in keys[i + 1:]:
+            if _same(out[a], out[b]):
+                raise ProbeError(f"the vLLM adapter's probe batch cannot tell {a} from {b}. {OVERRIDE}")
+    return out
+
+
+def _same(a: SamplerOutput, b: SamplerOutput) -> bool:
+    return np.array_equal(a.num_sampled, b.num_sampled) and np.array_equal(a.sampled, b.sampled)
+
+
+def _show(out: SamplerOutput) -> str:
+    return f"sampled {np.asarray(out.sampled).tolist()}, num_sampled {np.asarray(out.num_sampled).tolist()}"
+
+
+def detect(run: Callable[[SpecBatch], SamplerOutput], *, streams: str | StreamFamily | None = None,
+           draft_logits: str | None = None) -> tuple[StreamFamily, str]:
+    """`(stream family, draft-logit convention)` of the function behind `run`, which verifies a
+    batch with its draft logits handed before temperature (the `"raw"` way) and returns its output
+    with `-1` past `num_sampled`. A given `streams` or `draft_logits` is taken as known: only the
+    other is asked. `ProbeError` when the answer fits none of the candidates."""
+    families = {f.name: f for f in map(family_of, STREAMS if streams is None else (streams,))}
+    conventions = DRAFT_LOGITS if draft_logits is None else (draft_logits,)
+    expected = predictions(tuple(families.values()), conventions)
+    got = run(probe_batch())
+    for (name, convention), out in expected.items():
+        if _same(got, out):
+            return families[name], convention
+    lines = "\n".join(f"  {name} noise, {convention} draft logits: {_show(out)}"
+                      for (name, convention), out in expected.items())
+    given = [f"{k}={v!r}" for k, v in (("streams", streams), ("draft_logits", draft_logits)) if v is not None]
+    given = f"with {' and '.join(given)} as given " if given else ""
+    raise ProbeError(
+        f"the vLLM adapter cannot tell what the wrapped rejection_sample draws: on its probe batch "
+        f"(rs_verify.adapters.vllm_probe.probe_batch()) it returned {_show(got)}, where the candidates "
+        f"{given}predict\n{lines}\nIt may draw another stream family, take draft logits another way, or be "
+        f"wrong on this batch. {OVERRIDE}")
