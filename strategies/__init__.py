@@ -8,10 +8,12 @@
 - `invalid_batches`: one SPEC section 9 defect per batch.
 - `decision_knobs`: the knobs a drawn batch exercises (what `hypothesis.event` records):
   `DECISION_KNOBS` (token-wise decisions), `BLOCK_KNOBS` (block verification, SPEC 4b) and
-  `PARAM_KNOBS` (min-p, top-k, top-p, SPEC 2).
+  `PARAM_KNOBS` (min-p, top-k, top-p, SPEC 2) and `STREAM_KNOBS` (the murmur3 family's edges,
+  SPEC 3b, planted when `decision_batches` is given `streams="murmur3"`).
 
 Both batch strategies take `verifications` (default `("token",)`) and `sampling_params` (default
-`()`): what a sampler declaring nothing supports; the engine passes the sampler's declarations.
+`()`): what a sampler declaring nothing supports; `decision_batches` also takes `streams` (default
+`"triton-philox"`, the sampler's stream family); the engine passes the sampler's declarations.
 
 Imports only NumPy, Hypothesis and the batch contract (never torch or triton).
 """
@@ -19,8 +21,8 @@ Imports only NumPy, Hypothesis and the batch contract (never torch or triton).
 from .batches import DRAFT_MODES, spec_batches
 from .chunks import CAP_KINDS, cap_candidates, cap_kind, chunk_caps
 from .decisions import decision_batches
-from .events import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, acceptance_tests, block_k_knob, block_knobs,
-                     decision_knobs, near_ties, stochastic_decisions)
+from .events import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, STREAM_KNOBS, acceptance_tests, block_k_knob,
+                     block_knobs, decision_knobs, near_ties, stochastic_decisions)
 from .invalid import EXPECTED_FIELD, INVALID_CLASSES, PARAM_CLASS_NEEDS, InvalidBatch, classes_for, invalid_batches
 from .logits import DTYPE_MAX, PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype
 from .scalars import (DEFAULT_BLOCK_SIZES, DEFAULT_VOCAB_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, positions,
@@ -40,6 +42,7 @@ __all__ = [
     "PARAM_CLASS_NEEDS",
     "PARAM_KNOBS",
     "PATTERNS",
+    "STREAM_KNOBS",
     "TEMPERATURE_KINDS",
     "acceptance_tests",
     "block_edge_vocab_sizes",

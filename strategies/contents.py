@@ -20,7 +20,7 @@ from rs_verify.contract import probs
 
 from rs_verify.contract.masks import MaskResult
 
-from .facts import masked_probs, masked_rows, uniforms
+from .facts import STREAMS, masked_probs, masked_rows, uniforms
 from .logits import round_to_dtype
 
 OFF = {"min_p": 0.0, "top_k": 0, "top_p": 1.0}  # each parameter's canonical "off" (SPEC section 2)
@@ -52,6 +52,7 @@ class Contents:
     params: dict = field(default_factory=dict)
     protected: set = field(default_factory=set)
     designated: int | None = None  # a block batch's request kept for a rescue or a partial block
+    family: object = STREAMS  # the stream family whose acceptance uniforms the tilts aim at
     _u: dict = field(default_factory=dict, repr=False)
     _mz: dict = field(default_factory=dict, repr=False)
 
@@ -105,7 +106,7 @@ class Contents:
                                           np.asarray([n]))
         if r not in self._u:  # seeds and positions never change: the uniforms once per request
             lo = self.lo(r)
-            self._u[r] = uniforms(np.full(n, self.seeds[int(self.idx[r])]), self.pos[lo : lo + n])
+            self._u[r] = uniforms(np.full(n, self.seeds[int(self.idx[r])]), self.pos[lo : lo + n], self.family)
         return res, p, q, self._u[r]
 
     def put(self, j: int, tokens, value) -> None:

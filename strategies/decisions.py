@@ -35,7 +35,9 @@ probabilities. Measured: 56% of acceptance tests have `0 < a < 1` (32% in [0.1, 
 
 Block verification and sampling parameters (the `verifications` and `sampling_params` knobs)
 are planted by `strategies.block` and `strategies.params`, and labelled from the contract's own
-formulas (`strategies.events`: `BLOCK_KNOBS`, `PARAM_KNOBS`).
+formulas (`strategies.events`: `BLOCK_KNOBS`, `PARAM_KNOBS`). The `streams` knob (the sampler's
+stream family) sets the uniforms and noise the tilts aim at and the labels read; the murmur3
+family's edges are planted by `strategies.stream_edges` (`STREAM_KNOBS`).
 
 Imports only NumPy, Hypothesis and the batch contract.
 """
@@ -47,9 +49,11 @@ from collections.abc import Sequence
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from rs_verify.contract.batch import LOGITS_DTYPES, SpecBatch
 from rs_verify.contract.methods import BLOCK, TOKEN
+from rs_verify.contract.streams import StreamFamily, family as family_of
 
 from . import edges
 from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds
@@ -57,9 +61,11 @@ from .block import choose_verification, greedy_mix, plant_block
 from .contents import Contents
 from .drafts import close_draft_rows, gumbel_max_drafts, lean_draft_ids, log_softmax_processed, pattern_draft_rows
 from .events import label_decisions, label_structure
+from .facts import STREAMS
 from .knobs import check_bool, check_ints, drawn_int64, drawn_vocab, rare, vocab_strategy
 from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
 from .params import draw_params_on, plant_params
+from .stream_edges import plant_stream_edges
 from .thresholds import vet_thresholds
 from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
 from .scalars import temperature as kind_temperature
@@ -100,6 +106,7 @@ def decision_batches(
     saturated: bool = True,
     verifications: Sequence[str] = (TOKEN.name,),
     sampling_params: Sequence[str] = (),
+    streams: str | StreamFamily = STREAMS.name,
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
 
@@ -141,6 +148,12 @@ def decision_batches(
       boundary inside tied tokens, min-p = 1 on tied maxima, masked drafts, masks that empty
       the residual or change the bonus token). Default `()`: no parameters, what a sampler
       that declares no `sampling_params` is sent. The engine passes the sampler's declarations.
+    * `streams`: the stream family of the sampler under test (a registered name or a
+      `StreamFamily` record; default "triton-philox"): the tilts aim at its acceptance uniforms and
+      the labels read its noise. For murmur3, three draws in four of token-wise batches also carry
+      its edges (`strategies.stream_edges`): `u = 1.0` and the smallest `u` deciding bonus tokens,
+      a request at another's positions plus `2**32` with its seed. Draws of triton-philox are
+      those of earlier releases, example for example.
     * With either allowed, a draw whose structure left out padding, saturation or parameters
       gets them one time in three from the content generator (Hypothesis's generate phase
       shares structural draws across families of examples). With neither allowed, the draws
@@ -156,6 +169,10 @@ def decision_batches(
     cfg["block_sizes"] = check_ints("block_sizes", block_sizes, 1)
     cfg["vocab"] = vocab_strategy(vocab_sizes, block_edge_vocab_sizes(max_vocab, cfg["block_sizes"]))
     cfg["saturated"] = saturated
+    try:
+        cfg["family"] = family_of(streams)
+    except KeyError as exc:
+        raise InvalidArgument(f"streams={streams!r}: {exc.args[0]}") from None
     allowed = {"greedy", "one", "random"} if "mixed" in cfg["temperatures"] else set(cfg["temperatures"])
     cfg["kinds"] = tuple((k, w) for k, w in REQUEST_KINDS if k in allowed)
     return _decision_batches(cfg)
@@ -317,7 +334,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     if params_on or verification == BLOCK.name:
         c = Contents(target=target, draft=draft, draft_ids=draft_ids, cu=cu, idx=idx, temps=temps, n_r=n_r, v=v_eff,
                      dtype=dtype, bounds=bounds, seeds=seeds_arr, pos=pos, masked=masked, stochastic=stochastic,
-                     block_mode=verification == BLOCK.name)
+                     block_mode=verification == BLOCK.name, family=cfg["family"])
         if params_on:
             plant_params(rng, c, cfg["sampling_params"], V, mode)
         if verification == BLOCK.name:
@@ -344,6 +361,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         top_p=params.get("top_p"),
         min_p=params.get("min_p"),
     )
+    batch = plant_stream_edges(rng, batch, cfg["family"], bounds)
     label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
-    label_decisions(batch, cfg["block_sizes"])
+    label_decisions(batch, cfg["block_sizes"], cfg["family"])
     return batch

@@ -12,7 +12,10 @@ sampling parameters (section 2) are labelled from the contract's own formulas
 - `DECISION_KNOBS`: token-wise acceptance decisions (stochastic requests of token batches);
 - `BLOCK_KNOBS`: block decisions (stochastic requests of block batches; `BLOCK_EXTRA_KNOBS` are
   labelled but rarer);
-- `PARAM_KNOBS`: the masks of min-p, top-k and top-p and the decisions they change.
+- `PARAM_KNOBS`: the masks of min-p, top-k and top-p and the decisions they change;
+- `STREAM_KNOBS`: the stream family's planted edges (murmur3: `u = 1.0` and the smallest `u` deciding
+  a bonus token, requests at `p` and `p + 2**32`; `strategies.stream_edges`), labelled when the
+  batch is read in that family.
 
 Imports only NumPy, Hypothesis and the contract.
 """
@@ -29,11 +32,13 @@ from rs_verify.contract.methods import BLOCK
 
 from .block_events import (BLOCK_EXTRA_KNOBS, BLOCK_KNOBS, block_decisions, block_k_knob, block_knobs_of,
                            block_near_ties)
-from .facts import Facts, batch_facts
+from .facts import STREAMS, Facts, batch_facts
 from .param_events import PARAM_KNOBS, mask_near_ties, param_knobs_of, state_params_on
+from .stream_edges import STREAM_KNOBS, stream_knobs
 
-__all__ = ["ACCEPT_BAND", "BLOCK_EXTRA_KNOBS", "BLOCK_KNOBS", "DECISION_KNOBS", "PARAM_KNOBS", "acceptance_tests", "block_k_knob",
-           "block_knobs", "decision_knobs", "label_decisions", "label_structure", "near_ties", "stochastic_decisions"]
+__all__ = ["ACCEPT_BAND", "BLOCK_EXTRA_KNOBS", "BLOCK_KNOBS", "DECISION_KNOBS", "PARAM_KNOBS", "STREAM_KNOBS",
+           "acceptance_tests", "block_k_knob", "block_knobs", "decision_knobs", "label_decisions", "label_structure",
+           "near_ties", "stochastic_decisions"]
 
 ACCEPT_BAND = (0.1, 0.95)  # acceptance probabilities where the uniform u decides
 
@@ -68,8 +73,8 @@ class Test:
     empty_residual: bool  # rejected model draft whose max(p - q, 0) has no positive mass
 
 
-def _facts(batch) -> Facts:
-    return batch if isinstance(batch, Facts) else batch_facts(batch)
+def _facts(batch, family=STREAMS) -> Facts:
+    return batch if isinstance(batch, Facts) else batch_facts(batch, family)
 
 
 def acceptance_tests(batch: SpecBatch | Facts) -> list[Test]:
@@ -122,10 +127,11 @@ def _bonus_rows(f: Facts, tests) -> list[tuple[int, int]]:
     return [(int(r), int(cu[r] + n[r])) for r in np.flatnonzero(f.stochastic) if accepted.get(int(r), 0) == n[r]]
 
 
-def decision_knobs(batch: SpecBatch | Facts, block_sizes=()) -> set[str]:
-    """The knobs of `DECISION_KNOBS`, `BLOCK_KNOBS` and `PARAM_KNOBS` (and `block_knobs(b)` for `b`
-    in `block_sizes`) the batch has."""
-    f = _facts(batch)
+def decision_knobs(batch: SpecBatch | Facts, block_sizes=(), family=STREAMS) -> set[str]:
+    """The knobs of `DECISION_KNOBS`, `BLOCK_KNOBS`, `PARAM_KNOBS` and `STREAM_KNOBS` (and
+    `block_knobs(b)` for `b` in `block_sizes`) the batch has, read in stream family `family` (the
+    facts' own when `batch` is a `Facts`)."""
+    f = _facts(batch, family)
     batch = f.batch
     tests = acceptance_tests(f)
     real = [t for t in tests if not t.padded and t.probability > 0]
@@ -158,7 +164,9 @@ def decision_knobs(batch: SpecBatch | Facts, block_sizes=()) -> set[str]:
             if v % b:
                 knobs.add(tail)
     knobs |= block_knobs_of(f)
-    knobs |= param_knobs_of(f, tests, _bonus_rows(f, tests))
+    bonus = _bonus_rows(f, tests)
+    knobs |= param_knobs_of(f, tests, bonus)
+    knobs |= stream_knobs(f, bonus)
     return knobs
 
 
@@ -180,10 +188,10 @@ def _bucket(n: int) -> str:
     return "0" if n == 0 else "1-3" if n <= 3 else "4-9" if n <= 9 else "10+"
 
 
-def label_decisions(batch: SpecBatch, block_sizes=()) -> None:
-    """`hypothesis.event` for every decision knob the batch has and its count of decisions, its
-    verification method and the sampling parameters it carries."""
-    f = batch_facts(batch)
+def label_decisions(batch: SpecBatch, block_sizes=(), family=STREAMS) -> None:
+    """`hypothesis.event` for every decision knob the batch has (read in stream family `family`) and
+    its count of decisions, its verification method and the sampling parameters it carries."""
+    f = batch_facts(batch, family)
     for knob in sorted(decision_knobs(f, block_sizes)):
         event(knob)
     event(f"stochastic acceptance decisions: {_bucket(stochastic_decisions(f))}")
@@ -193,6 +201,8 @@ def label_decisions(batch: SpecBatch, block_sizes=()) -> None:
     on = state_params_on(batch)
     present = [f"{name}{'' if on[name].any() else ' (all off)'}" for name in on if getattr(batch, name) is not None]
     event(f"sampling params: {', '.join(present) or 'none'}")
+    if batch.noise_carried():  # SPEC 3c's explicit noise fields, when the batch carries them
+        event(f"explicit noise: {'/'.join(batch.noise_carried())}")
 
 
 def label_structure(batch, mode, dtype, temp_kind, kinds, patterns, lp_mode, masked, idx) -> None:

@@ -19,12 +19,14 @@ from rs_verify.contract import block as spec_block
 from rs_verify.contract import probs
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.masks import MaskResult, RowParams, apply_masks, batch_masks
+from rs_verify.contract.methods import BLOCK
+from rs_verify.contract.streams import StreamFamily, family as family_of
 from rs_verify.contract.triton_philox import TRITON_PHILOX
 
-# The stream family whose uniforms the strategies plant decisions at and label with. Its acceptance
-# uniform is also that of SPEC 3b (murmur3), so the planted near-ties hold for both families.
+# The default stream family the strategies plant decisions at and label with; the batch strategies'
+# `streams` knob (the sampler's declared family) replaces it. Its acceptance uniform is also that of
+# SPEC 3b (murmur3), so the planted near-ties hold for both families.
 STREAMS = TRITON_PHILOX
-from rs_verify.contract.methods import BLOCK
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,8 @@ class Facts:
     - `z`: processed logits without the masks (float32); `masks`: the SPEC section 2 masks of
       every row, or None when no parameter is on; `p`: target probabilities (masked), `p_raw`:
       without the masks (the same array when none is on); `q`: draft probabilities or None.
-    - `u`: the acceptance uniform of every row `[N]`.
+    - `u`: the acceptance uniform of every row `[N]`; `family`: the stream family of `u` and of
+      the resampling noise (`noise`).
     - `block`: `BlockResult` of every request (`[R, K]`) for a block batch, else None;
       `u_steps`: `u` per request and step `[R, K]`; `tau`: per request `[R]` (block batches).
     """
@@ -53,6 +56,12 @@ class Facts:
     block: spec_block.BlockResult | None = None
     u_steps: np.ndarray | None = None
     tau: np.ndarray | None = None
+    family: StreamFamily = STREAMS
+
+    def noise(self, r: int, j: int) -> np.ndarray:
+        """`G_x` of row `j` (request `r`) over `[0, V')` in `family` (float64 `[V']`)."""
+        seed = np.asarray(self.batch.seeds)[int(np.asarray(self.batch.idx_mapping)[r])]
+        return self.family.gumbel([seed], [np.asarray(self.batch.pos)[j]], self.v)[0]
 
     @property
     def param_masked(self) -> np.ndarray:
@@ -62,14 +71,14 @@ class Facts:
         return ~self.masks.kept & np.isfinite(self.z)
 
 
-def uniforms(seeds, pos) -> np.ndarray:
-    """SPEC section 3's acceptance uniforms of `STREAMS` as float64."""
-    return STREAMS.uniforms(seeds, pos).astype(np.float64)
+def uniforms(seeds, pos, family: StreamFamily = STREAMS) -> np.ndarray:
+    """SPEC section 3's acceptance uniforms of `family` as float64."""
+    return family.uniforms(seeds, pos).astype(np.float64)
 
 
-def gumbel_noise(seed, pos, v: int) -> np.ndarray:
-    """SPEC section 3's resampling noise `G_x` of one row in `STREAMS` (float64 `[v]`)."""
-    return STREAMS.gumbel([seed], [pos], v)[0]
+def gumbel_noise(seed, pos, v: int, family: StreamFamily = STREAMS) -> np.ndarray:
+    """SPEC section 3's resampling noise `G_x` of one row in `family` (float64 `[v]`)."""
+    return family.gumbel([seed], [pos], v)[0]
 
 
 def masked_rows(rows, t: float, params: tuple, v: int) -> tuple[np.ndarray, MaskResult]:
@@ -99,8 +108,9 @@ def per_request(batch: SpecBatch, a: np.ndarray, steps: int, fill=0) -> np.ndarr
     return a[rows]
 
 
-def batch_facts(batch: SpecBatch) -> Facts:
-    """The facts of `batch` (see `Facts`)."""
+def batch_facts(batch: SpecBatch, family: StreamFamily | str = STREAMS) -> Facts:
+    """The facts of `batch` (see `Facts`) in stream family `family` (a record or a registered name)."""
+    family = family_of(family)
     v = batch.effective_vocab_size
     states = np.asarray(batch.idx_mapping, np.int64)
     temps = np.asarray(batch.temperature)[states]
@@ -110,8 +120,10 @@ def batch_facts(batch: SpecBatch) -> Facts:
         p_raw = probs.softmax64(z) if z.shape[0] else z.astype(np.float64)
         p = p_raw if masks is None else masked_probs(z, masks.kept)
         q = probs.draft_probs(batch)
-        u = uniforms(np.asarray(batch.seeds)[probs.row_states(batch)], batch.pos) if batch.num_logits else np.zeros(0)
-        facts = dict(batch=batch, v=v, temps=temps, stochastic=temps > 0, z=z, masks=masks, p=p, p_raw=p_raw, q=q, u=u)
+        u = (uniforms(np.asarray(batch.seeds)[probs.row_states(batch)], batch.pos, family) if batch.num_logits
+             else np.zeros(0))
+        facts = dict(batch=batch, v=v, temps=temps, stochastic=temps > 0, z=z, masks=masks, p=p, p_raw=p_raw, q=q, u=u,
+                     family=family)
         if batch.verification == BLOCK.name and batch.num_reqs:
             k = batch.num_speculative_steps
             n = batch.num_draft_tokens

@@ -193,7 +193,7 @@ def _bonus_knobs(f: Facts, bonus_rows) -> set[str]:
     for r, j in bonus_rows:
         if not f.param_masked[j].any():
             continue
-        g = gumbel_noise(seeds[r], b.pos[j], f.v)
+        g = gumbel_noise(seeds[r], b.pos[j], f.v, f.family)
         with np.errstate(divide="ignore"):
             if np.argmax(np.log(f.p[j]) + g) != np.argmax(np.log(f.p_raw[j]) + g):
                 return {BONUS_CHANGED}

@@ -28,6 +28,7 @@ from ..contract import methods
 from ..contract import streams as stream_families
 from . import device
 
+TRITON_PHILOX_NAME = "triton-philox"  # the batch strategies' default stream family
 EXERCISED_NAMES = {**{m.name: m.titled for m in methods.OFFERED}, "min_p": "min-p (SPEC section 2)",
                    "top_k": "top-k (SPEC section 2)", "top_p": "top-p (SPEC section 2)"}
 DECLARED_INTERPRETED = "declared"
@@ -108,6 +109,10 @@ class SamplerRecord:
             kw["logits_dtypes"] = tuple(d for d in LOGITS_DTYPES if d in self.logits_dtypes)
         if self.min_spec_steps:
             kw["min_spec_steps"] = self.min_spec_steps
+        fam = self.family
+        if fam is not None and fam.name != TRITON_PHILOX_NAME:  # the strategies' default family
+            # The tilts aim at the family's uniforms, the labels read its noise, its edges are planted.
+            kw["streams"] = fam.name if stream_families.registered(fam) else fam
         return kw
 
     def fit(self, batch: SpecBatch) -> SpecBatch:

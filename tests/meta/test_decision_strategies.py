@@ -26,8 +26,8 @@ from rs_verify.properties import PROPERTIES, Context
 from rs_verify.contract import philox
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.validation import validate
-from rs_verify.strategies import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, acceptance_tests, block_knobs,
-                                  decision_batches, decision_knobs, near_ties, stochastic_decisions)
+from rs_verify.strategies import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, STREAM_KNOBS, acceptance_tests,
+                                  block_knobs, decision_batches, decision_knobs, near_ties, stochastic_decisions)
 from rs_verify.strategies.drafts import gumbel_max_drafts, salted_positions
 from rs_verify.strategies import facts as fx
 from rs_verify.strategies.facts import batch_facts
@@ -378,7 +378,8 @@ def test_decision_knobs_restrict_draws(kwargs, holds):
 @pytest.mark.parametrize("kwargs", [dict(block_sizes=()), dict(block_sizes=[0]), dict(saturated="yes"),
                                     dict(min_reqs=3, max_reqs=2), dict(patterns=("zigzag",)), dict(seeds=5),
                                     dict(verifications=("tree",)), dict(verifications=()),
-                                    dict(sampling_params=("top_q",)), dict(sampling_params="top_k")], ids=repr)
+                                    dict(sampling_params=("top_q",)), dict(sampling_params="top_k"),
+                                    dict(streams="numpy"), dict(streams="own")], ids=repr)
 def test_bad_decision_knobs_raise_eagerly(kwargs):
     with pytest.raises(InvalidArgument):
         decision_batches(**kwargs)
@@ -394,3 +395,64 @@ def test_decision_batches_shrink_to_a_minimal_batch(declared):
     assert b.logits_dtype == "float32" and b.num_logprobs is None, b.summary()
     assert (b.temperature[b.idx_mapping] == 1).all() and b.draft_logits is not None, b.summary()
 
+
+
+# -- the murmur3 family (SPEC 3b): its edges planted within the ci budget ---------------------------
+
+def _murmur3_variant(name, uniform):
+    """SPEC 3b's noise with the uniform's float32 value mapped by `uniform` and `G = -log(-log1p(-u))`
+    without the 2**-24 floor: what a sampler that gets G wrong at the family's edges draws."""
+    from rs_verify.contract import murmur3
+    from rs_verify.contract.streams import StreamFamily
+
+    def noise(seeds, pos, vocab, out=None):
+        h = murmur3.hash_words(*murmur3.key_words(np.asarray(seeds).reshape(-1, 1), np.asarray(pos).reshape(-1, 1),
+                                                  np.arange(vocab)[None, :]))
+        with np.errstate(divide="ignore"):
+            g = -np.log(-np.log1p(-uniform(murmur3.uniform_from_hash(h)).astype(np.float64)))
+        if out is None:
+            return g
+        out[...] = g
+        return out
+
+    return StreamFamily(name=name, section="3d", acceptance=murmur3.MURMUR3.acceptance, noise=noise)
+
+
+MURMUR3_KWARGS = dict(CI_KWARGS, streams="murmur3")  # what a murmur3 sampler's record passes (strategy_kwargs)
+
+
+def test_murmur3_edges_within_the_ci_budget():
+    """With a murmur3 sampler's declarations, every decision-comparing property's 40 ci examples plant the
+    family's edges: u = 1.0 winning a bonus token, the smallest u (2**-33) deciding one, requests at p and
+    p + 2**32 with one seed; the token-wise knobs are still reached (each in two of the three properties).
+    The planted decisions matter: the reference drawing the noise without the floor on 1 - u (G = -inf at
+    u = 1.0), or with triton-philox's floor TINY on u (G ~ 21.5 at u = 2**-33), emits other tokens on
+    some of those batches, so certification catches either."""
+    from rs_verify.contract.streams import registered
+    from rs_verify.harness.record import SamplerRecord
+    from rs_verify.reference import ReferenceSampler
+
+    assert SamplerRecord(name="m", streams="murmur3").strategy_kwargs()["streams"] == "murmur3"
+    assert "streams" not in SamplerRecord(name="p", streams="triton-philox").strategy_kwargs()
+    unfloored = _murmur3_variant("murmur3-unfloored", lambda u: u)
+    clamped = _murmur3_variant("murmur3-tiny-floor", lambda u: np.maximum(u, np.float32(philox.TINY)))
+    assert not registered(unfloored)
+    right = ReferenceSampler(streams="murmur3")
+    wrong = {f.name: ReferenceSampler(streams=f) for f in (unfloored, clamped)}
+    reached, caught = Counter(), Counter()
+    for prop in DECISION_PROPERTIES:
+        ctx = Context(sampler=_Sampler(64), profile="ci", batch_kwargs=dict(MURMUR3_KWARGS))
+        batches = _sweep(PROPERTIES[prop].strategy(ctx), f"{prop}:murmur3")
+        seen = set().union(*(decision_knobs(b, (64,), "murmur3") for b in batches))
+        assert set(STREAM_KNOBS) <= seen, (prop, sorted(set(STREAM_KNOBS) - seen))
+        reached.update(seen & set(DECISION_KNOBS))
+        for b in batches:
+            validate(b)
+            ok = right(b)
+            for name, ref in wrong.items():
+                out = ref(b)
+                caught[name] += not (np.array_equal(out.sampled, ok.sampled)
+                                     and np.array_equal(out.num_sampled, ok.num_sampled))
+    short = {k: reached[k] for k in DECISION_KNOBS if reached[k] < 2}
+    assert not short, short
+    assert min(caught[name] for name in wrong) >= 3, caught
