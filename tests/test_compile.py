@@ -26,30 +26,34 @@ ONE_SPECIALIZATION = dict(kernels=["row_stats_kernel"], dtypes=("float32",), dra
                           vocab_classes=("16n",))
 
 
-# The default run's one specialization per kernel: (logits dtype, draft mode, vocabulary class),
-# with int64 scalars. Picked as the specialization most likely to fail the gate, a spill being the
+# The default run's one specialization per kernel: (logits dtype, draft mode, vocabulary class,
+# stream family), with int64 scalars. Picked as the specialization most likely to fail the gate, a spill being the
 # likelier failure: the most registers per thread at sm_80 over every specialization of all three
 # dtypes (`python -m rs_verify.triton_sampler.aot --arch 80`, triton 3.9.0's ptxas, 2026-12-02;
 # registers in the comments, runners-up in parentheses). int64 scalars widen every index and
 # offset (+12 to +54 registers over int32, and the width the loop-carry error below needed); model
 # drafts add the draft row's loads and statistics (`HAS_DRAFT`); a vocabulary that is a multiple of
 # 16 carries the divisibility hints, except for log_softmax, whose unhinted V = 33 takes 16 more.
-# Where dtypes tie, float32; float16 never exceeds bfloat16. The long run checks the picks against
-# the whole grid.
+# Where dtypes tie, float32; float16 never exceeds bfloat16. The stream family (SPEC 3, the
+# constexpr STREAM of verify_kernel and resample_kernel) specializes those two: murmur3's hash
+# takes verify_kernel to 168 at V = 33 (161 at V = 160), resample_kernel stays at Philox's 166
+# (murmur3 164); the other kernels do not take it. The long run checks the picks against the
+# whole grid.
+PHILOX, MURMUR3 = "triton-philox", "murmur3"
 WORST_CASE = {
-    "row_stats_kernel": ("float32", "model", "16n"),  # 79 (bfloat16 and float16 79; one-hot drafts 72)
-    "mask_stats_kernel": ("float32", "model", "16n"),  # 68 (bfloat16 64)
-    "block_tau_kernel": ("float32", "model", "16n"),  # 56 (every dtype; one-hot drafts 32)
-    "verify_kernel": ("float32", "model", "16n"),  # 162 (V = 33: 157; one-hot drafts 155; bfloat16 152)
-    "resample_kernel": ("float32", "model", "16n"),  # 166 (every dtype; int32 scalars 115)
-    "log_softmax_kernel": ("bfloat16", "model", "other"),  # 63, raw and processed (float32 62; V = 160: 48)
+    "row_stats_kernel": ("float32", "model", "16n", PHILOX),  # 79 (bfloat16 and float16 79; one-hot drafts 72)
+    "mask_stats_kernel": ("float32", "model", "16n", PHILOX),  # 68 (bfloat16 64)
+    "block_tau_kernel": ("float32", "model", "16n", PHILOX),  # 56 (every dtype; one-hot drafts 32)
+    "verify_kernel": ("float32", "model", "other", MURMUR3),  # 168 (every dtype; Philox 162, at V = 33 157)
+    "resample_kernel": ("float32", "model", "16n", PHILOX),  # 166 (every dtype; murmur3 164; int32 scalars 115)
+    "log_softmax_kernel": ("bfloat16", "model", "other", PHILOX),  # 63, raw and processed (float32 62; V = 160: 48)
 }
 
 
 def compile_worst_case(kernel, arch=80):
-    dtype, drafts, vocab = WORST_CASE[kernel]
+    dtype, drafts, vocab, streams = WORST_CASE[kernel]
     return aot.compile_all([arch], kernels=[kernel], widths=["int64"], dtypes=(dtype,), draft_modes=(drafts,),
-                           vocab_classes=(vocab,))
+                           vocab_classes=(vocab,), streams=(streams,))
 
 
 def failures(results):
@@ -109,18 +113,20 @@ def test_gate_catches_a_width_dependent_loop_carry(tmp_path):
 
 
 def test_launches_cover_every_specialization_axis():
-    """The recorded launches reach every dtype, draft mode, logprobs mode and integer width."""
+    """The recorded launches reach every dtype, draft mode, logprobs mode, integer width and, in the
+    kernels that draw noise, stream family."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
 
     module = aot.kernels_for_compile()
     backend = make_backend(GPUTarget("cuda", 90, 32))
-    seen = {}
+    seen, streams = {}, {}
     for launch in aot.launches():
         fn = getattr(module, launch.kernel)
         for width in aot.WIDTHS:
             signature, constexprs, _, options = aot.specialization(fn, launch, backend, width)
             named = {fn.arg_names[path[0]]: value for path, value in constexprs.items()}
+            streams.setdefault(launch.kernel, set()).add(named.get("STREAM"))
             ints = {t for name, t in signature.items() if t in ("i32", "i64") and name not in aot.FLAGS}
             seen.setdefault(launch.kernel, set()).add(
                 (signature["target_ptr"], named.get("HAS_DRAFT"), named.get("PROCESSED", signature.get("PROCESSED")),
@@ -132,6 +138,8 @@ def test_launches_cover_every_specialization_axis():
     assert {p for _, _, p, _ in seen["log_softmax_kernel"]} == {1, "i32"}  # processed (1) and raw (0)
     for kernel, specs in seen.items():
         assert {ints for *_, ints in specs} == {frozenset({"i32"}), frozenset({"i64"})}, kernel
+    assert streams == {k: {"philox", "murmur3"} if k in ("verify_kernel", "resample_kernel") else {None}
+                       for k in aot.KERNELS}
 
 
 def test_parameters_and_block_verification_add_no_specializations():

@@ -211,6 +211,56 @@ def test_chunked_equals_full(sampler, model, features):
     assert sampler(b.replace(num_logprobs=None)).extras["max_buffer_rows"] == 0
 
 
+@pytest.fixture(scope="module")
+def murmur3_sampler():
+    from rs_verify.triton_sampler import TritonSampler
+
+    return TritonSampler(block_v=16, streams="murmur3")
+
+
+def murmur3_batches():
+    """Mixed batches (model drafts; parameters with block verification) and bonus draws at int64
+    seed edges and positions above 2**32 (SPEC 3b hashes only the position's low word)."""
+    rng = np.random.default_rng(8)
+    seeds = np.array([-5, 2**40 + 3, 2**63 - 1, 0, -(2**63), -(2**62)], np.int64)
+    pos = np.array([0, 2**32 + 7, 2**31 + 5, 2**33, 2**63 - 1, 12345], np.int64)
+    yield make_batch(rng.normal(size=(6, 40)).astype(np.float32) * 3, [[]] * 6, [1.0, 0.5, 2.0, 1.0, 0.7, 1.0],
+                     seeds=seeds, pos=pos)
+    for seed in range(3):
+        yield mixed_batch(seed=seed, num_logprobs=2, model=True)
+        yield mixed_batch(seed=seed, model=bool(seed % 2), features=True)
+
+
+def test_murmur3_chunked_equals_full_and_the_reference(murmur3_sampler):
+    """SPEC 3b: the murmur3 sampler's chunked output equals its full output bit for bit, and every
+    token the reference's drawing the same family; the Philox draws differ (the noise is murmur3's)."""
+    from rs_verify.reference import ReferenceSampler
+
+    ref, philox = ReferenceSampler(streams="murmur3"), ReferenceSampler()
+    assert murmur3_sampler.streams == "murmur3" and murmur3_sampler.unvalidated().streams == "murmur3"
+    differ = 0
+    for b in murmur3_batches():
+        full = murmur3_sampler(b)
+        out = murmur3_sampler(b, max_chunk_logits=5)
+        assert out.extras["num_chunks"] > 1 or b.num_logits <= 5
+        for name, arr in full.arrays().items():
+            assert np.array_equal(arr, out.arrays()[name]), name
+        want, other = ref(b), philox(b)
+        for r in range(b.num_reqs):
+            assert full.request(r) == want.request(r), (r, b.seeds, b.pos)
+            differ += full.request(r) != other.request(r)
+    assert differ >= 3
+
+
+@pytest.mark.parametrize("streams", ["own", "explicit", "murmur", None])
+def test_unknown_stream_family_is_refused(streams):
+    from rs_verify.triton_sampler import TritonSampler
+
+    with pytest.raises(ValueError, match="draws the stream families"):
+        TritonSampler(streams=streams)
+    assert TritonSampler(streams="spec").streams == "triton-philox"
+
+
 def test_permuted_batch_is_per_request_identical(sampler):
     b = mixed_batch(seed=4, model=True)
     full = sampler(b)

@@ -7,7 +7,7 @@ changes, for one), so only a compile shows such errors before a GPU run.
 
 Which specializations: `launches()` (launches.py) runs `rejection_sample` on `meta` tensors with
 the kernels swapped for recorders, over every logits dtype, draft mode,
-logprobs mode and block size asked for, and over vocabularies of each class Triton specializes
+logprobs mode, block size and stream family (the constexpr `STREAM`) asked for, and over vocabularies of each class Triton specializes
 an int on (a multiple of 16, any other size, and 1; the draft vocabulary independently). Each
 recorded launch is bound with Triton's own binder for the target, the code that picks a
 specialization at launch time (pointer dtypes and 16-byte alignment, ints equal to 1 or
@@ -56,7 +56,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from . import kernels
 from .launches import DRAFT_MODES, KERNELS, VOCAB_CLASSES, Launch, launches
-from .sampler import TORCH_DTYPES
+from .sampler import STREAMS, TORCH_DTYPES
 
 __all__ = ["ARCHS", "DRAFT_MODES", "KERNELS", "VOCAB_CLASSES", "WIDTHS", "CompileResult", "Launch", "compile_all",
            "gate_failures", "launches", "mixed_widths", "specialization", "table"]
@@ -113,9 +113,10 @@ def kernels_for_compile(kernels_file=None):
 
 
     # kernels.py imports kernels and helpers from its sibling modules (block.py, masks.py, ...): a
-    # private package over the same folder gives it fresh, compilable copies of those too.
+    # private package over the same folder gives it fresh, compilable copies of those too. It sits
+    # beside this package (at the same depth), so the siblings' `..contract` imports resolve.
     path = str(kernels_file or kernels.__file__)
-    private = "rs_verify.triton_sampler._aot"
+    private = __package__.rpartition(".")[0] + "._aot_triton_sampler"
     for name in [m for m in sys.modules if m == private or m.startswith(private + ".")]:
         del sys.modules[name]
     package = types.ModuleType(private)
@@ -329,6 +330,7 @@ def main(argv=None) -> int:
     p.add_argument("--draft-modes", nargs="+", choices=DRAFT_MODES)
     p.add_argument("--block-sizes", nargs="+", type=int)
     p.add_argument("--vocab-classes", nargs="+", choices=tuple(VOCAB_CLASSES))
+    p.add_argument("--streams", nargs="+", choices=tuple(STREAMS))
     p.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS))
     p.add_argument("--kernels-file", default=None)
     args = p.parse_args(argv)
@@ -336,7 +338,7 @@ def main(argv=None) -> int:
         print("rs-verify aot: triton was imported with TRITON_INTERPRET=1; run with TRITON_INTERPRET=0",
               file=sys.stderr)
         return 2
-    grid = {k: v for k in ("dtypes", "draft_modes", "block_sizes", "vocab_classes")
+    grid = {k: v for k in ("dtypes", "draft_modes", "block_sizes", "vocab_classes", "streams")
             if (v := getattr(args, k)) is not None}
     _compile_here(args.arch, args.width, lambda r: print(RESULT_PREFIX + json.dumps(asdict(r)), flush=True), grid,
                   kernels=args.kernels, kernels_file=args.kernels_file)

@@ -29,6 +29,7 @@ from triton.language.standard import _elementwise_max as _MAX, _elementwise_min 
 
 from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .masks import _masked_stats, _row_masks
+from .murmur3 import murmur3_noise
 from .residual import _resample_masked
 from .streams import philox_acceptance, philox_gumbel, philox_resample_seed
 from .tiles import _tile_rows
@@ -51,7 +52,7 @@ STEP_BLOCK = tl.constexpr(16)
 # helper's own definition (the same IR compiled):
 #   tl.zeros(s, d) / tl.zeros_like(x)  ->  tl.full(s, 0, d) / tl.full(x.shape, 0, x.dtype)
 #   tl.max / tl.min / tl.sum(x, 0)     ->  tl.reduce(x, 0, _MAX / _MIN / _SUM) (32-bit x)
-# The random streams (SPEC 3) are the helpers of streams.py, one nested call each:
+# The random streams (SPEC 3) are the helpers of streams.py and murmur3.py, one nested call each:
 #   tl.rand(g, o)                      ->  tl.randint4x(g, o)[0] and uint_to_uniform_float's own definition
 #   tl.randint(g, o)                   ->  tl.randint4x(g, o)[0]
 # (randint4x keeps the Philox counter layout of the installed Triton version).
@@ -63,7 +64,10 @@ STEP_BLOCK = tl.constexpr(16)
 #     log(w) * -v / (w - 1), or -v when w == 1.
 #   log(1 - e^a), a < 0, i.e. log(-expm1(a)), with Kahan's expm1:
 #     (e - 1) * a / log(e), e = exp(a) (a when e == 1, -1 when e == 0).
-#   Gumbel noise (SPEC 3): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY) (streams.py).
+#   Gumbel noise (SPEC 3): the family the constexpr STREAM names (a StreamFamily's `triton`):
+#     "philox" (3a): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY) (streams.py), g the
+#     row's resample seed; "murmur3" (3b): G_x of the hash of (seed, pos, x) (murmur3.py), g the
+#     seed itself. Only the kernels that draw noise take STREAM (verify_kernel, resample_kernel).
 # ---------------------------------------------------------------------------
 
 
@@ -103,15 +107,16 @@ def _row_stats(row_ptrs, rmask, n, t_div, BLOCK_R: tl.constexpr, BLOCK_V: tl.con
 
 
 @triton.jit
-def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl,
-              HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr):
+def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, use_q, excl,
+              HAS_DRAFT: tl.constexpr, STREAM: tl.constexpr, BLOCK_V: tl.constexpr):
     """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index.
 
     r = max(p - q, 0) when `use_q` (model drafts; in the log domain:
     log r = log p + log(1 - q / p) where p > q and p is within float64 range),
     p with r(excl) = 0 (one-hot drafts; excl = -1 for none); falls back to
     argmax_x (log p(x) + G_x) when no token has a finite residual score (no
-    positive mass). Both argmaxes are tracked in the same pass.
+    positive mass). Both argmaxes are tracked in the same pass. G_x: STREAM's noise of the
+    row, keyed by `g` (philox: the resample seed; murmur3: the seed) and `pos_t` (murmur3).
     """
     offs = tl.arange(0, BLOCK_V)
     best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
@@ -124,7 +129,10 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, use_q, 
         z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
         log_p = (z - m) - log_s
-        gum = philox_gumbel(g, idx)
+        if STREAM == "murmur3":
+            gum = murmur3_noise(g, pos_t, idx)
+        else:
+            gum = philox_gumbel(g, idx)
         sp = log_p + gum
         sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         if HAS_DRAFT:
@@ -228,12 +236,12 @@ def verify_kernel(
     t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, tau_ptr,
     sampled_ptr, num_sampled_ptr,
     req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
-    HAS_DRAFT: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_DRAFT: tl.constexpr, STREAM: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     """Grid: requests of a chunk. Acceptance tests of SPEC section 4 (with MASKED, of the masked
     p; with BLOCK, a stochastic request takes t = tau from `block_tau_kernel`: SPEC 4b), then one
-    resample (first rejection, or tau < n) or bonus draw. `sampled` is pre-filled with -1. With
-    DEFER (set for MASKED or BLOCK batches) a stochastic request's draw is left to
+    resample (first rejection, or tau < n) or bonus draw with STREAM's noise. `sampled` is pre-filled
+    with -1. With DEFER (set for MASKED or BLOCK batches) a stochastic request's draw is left to
     `resample_kernel`, so this kernel's resample loop is the token-wise one, unmasked."""
     r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
@@ -294,7 +302,10 @@ def verify_kernel(
         has_d = t < n
         d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
         ok_t = has_d & (d_t >= 0) & (d_t < Vp)
-        g = philox_resample_seed(seed, tl.load(pos_ptr + jt))
+        pos_t = tl.load(pos_ptr + jt)
+        g = seed  # murmur3 (SPEC 3b) hashes (seed, pos_t) itself
+        if STREAM == "philox":
+            g = philox_resample_seed(seed, pos_t)
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
         t_row = target_ptr + jt * V
@@ -305,15 +316,15 @@ def verify_kernel(
             if DEFER:
                 tok = d_t  # a stand-in: resample_kernel draws this request's token
             else:
-                tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, ok_t, -1,
-                                HAS_DRAFT, BLOCK_V).to(tl.int64)
+                tok = _resample(t_row, q_row, Vp, t_div, m, log_s, q_m, q_log_s, g, pos_t, ok_t, -1,
+                                HAS_DRAFT, STREAM, BLOCK_V).to(tl.int64)
         else:
             excl = tl.where(ok_t, d_t, -1)
             if DEFER:
                 tok = d_t
             else:
-                tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, ok_t, excl,
-                                HAS_DRAFT, BLOCK_V).to(tl.int64)
+                tok = _resample(t_row, t_row, Vp, t_div, m, log_s, m, log_s, g, pos_t, ok_t, excl,
+                                HAS_DRAFT, STREAM, BLOCK_V).to(tl.int64)
         tok = tok.to(tl.int64)
     tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
     tl.store(out_row + t, tok.to(tl.int64))
@@ -327,7 +338,7 @@ def resample_kernel(
     t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, l_res_ptr,
     sampled_ptr, num_sampled_ptr,
     req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, HAS_DRAFT,
-    BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+    STREAM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     """Grid: requests [req_off, req_end) of a chunk of a MASKED or BLOCK batch, BLOCK_R per program,
     after `verify_kernel` (which stored t + 1 in num_sampled). Draws a stochastic request's token at
@@ -358,13 +369,16 @@ def resample_kernel(
             l_scale = tl.load(l_res_ptr + r)
         use_q = tl.where(HAS_DRAFT != 0, ok_t, False)
         q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-        g = philox_resample_seed(tl.load(seeds_ptr + s), tl.load(pos_ptr + jt))
+        g = tl.load(seeds_ptr + s)  # murmur3 (SPEC 3b) hashes (seed, pos_t) itself
+        pos_t = tl.load(pos_ptr + jt)
+        if STREAM == "philox":
+            g = philox_resample_seed(g, pos_t)
         q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
         q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
         excl = tl.where(ok_t & (use_q == 0), d_t, -1)
         tok = _resample_masked(target_ptr + jt * V, q_row, Vp, tl.where(draws, temp, 1.0), tl.load(t_max_ptr + jt),
-                               tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, use_q, excl, thr, cut, l_scale, draws,
-                               BLOCK_R, BLOCK_V)
+                               tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, pos_t, use_q, excl, thr, cut, l_scale,
+                               draws, STREAM, BLOCK_R, BLOCK_V)
         tl.store(sampled_ptr + r * (K + 1) + t, tok.to(tl.int64), mask=draws)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ..contract import methods
 from . import sampler
-from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
+from .sampler import DEFAULT_BLOCK_V, DEFAULT_STREAMS, STREAMS, TORCH_DTYPES, rejection_sample
 
 KERNELS = ("row_stats_kernel", "mask_stats_kernel", "block_tau_kernel", "verify_kernel", "resample_kernel",
            "log_softmax_kernel")
@@ -56,9 +56,10 @@ def _recording(sink, label):
         sampler.kernels = real
 
 
-def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False):
+def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False, streams=DEFAULT_STREAMS):
     """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2;
-    with `features`, with all three sampling parameters and block verification (SPEC 2, 4b)."""
+    with `features`, with all three sampling parameters and block verification (SPEC 2, 4b); the
+    resampling noise of the stream family `streams` (SPEC 3)."""
 
 
     def empty(shape, dt):
@@ -77,11 +78,12 @@ def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=
             empty(n, torch.int64), empty(r + 1, torch.int32), empty(n, torch.int64), empty(r, torch.int32),
             empty(s, torch.float32), empty(s, torch.int64),
             num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
-            num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw", **extra)
+            num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw", streams=streams,
+            **extra)
 
 
 def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes=(DEFAULT_BLOCK_V,),
-             vocab_classes=tuple(VOCAB_CLASSES)) -> list[Launch]:
+             vocab_classes=tuple(VOCAB_CLASSES), streams=tuple(STREAMS)) -> list[Launch]:
     """Every launch `rejection_sample` makes over the batch shapes asked for (repeats included),
     each batch shape without and with sampling parameters and block verification (runtime flags:
     the same specializations, plus `mask_stats_kernel`'s).
@@ -90,17 +92,21 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
     - draft_modes: `model` (draft logits) and / or `one_hot` (no draft logits).
     - block_sizes: `block_v` values (powers of two >= 16).
     - vocab_classes: keys of `VOCAB_CLASSES`, for the target and (model drafts, at most V) the draft vocabulary.
+    - streams: stream families the sampler draws (`sampler.STREAMS`, SPEC 3): the constexpr `STREAM`
+      of the kernels that draw noise; the default family's launches come first.
     """
     out = []
     sizes = [VOCAB_CLASSES[c] for c in vocab_classes]
-    for dtype in dtypes:
-        for drafts in draft_modes:
-            for block_v in block_sizes:
-                for v in sizes:
-                    for vd in ([vd for vd in sizes if vd <= v] if drafts == "model" else [v]):
-                        label = f"{dtype}, {drafts} drafts, BLOCK_V={block_v}, V={v}"
-                        label += f", Vd={vd}" if drafts == "model" else ""
-                        for mode in (None, "raw", "processed"):
-                            for features in (False, True):
-                                _record(out, label, dtype, drafts, v, vd, block_v, mode, features)
+    for family in streams:
+        for dtype in dtypes:
+            for drafts in draft_modes:
+                for block_v in block_sizes:
+                    for v in sizes:
+                        for vd in ([vd for vd in sizes if vd <= v] if drafts == "model" else [v]):
+                            label = f"{dtype}, {drafts} drafts, BLOCK_V={block_v}, V={v}"
+                            label += f", Vd={vd}" if drafts == "model" else ""
+                            label += "" if family == DEFAULT_STREAMS else f", {family} streams"
+                            for mode in (None, "raw", "processed"):
+                                for features in (False, True):
+                                    _record(out, label, dtype, drafts, v, vd, block_v, mode, features, family)
     return out

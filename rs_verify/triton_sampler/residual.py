@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN  # see masks.py
 
+from .murmur3 import murmur3_noise
 from .streams import philox_gumbel
 
 NEG_INF = tl.constexpr(float("-inf"))
@@ -30,10 +31,11 @@ LOG_P_MIN = tl.constexpr(-744.0)
 
 
 @triton.jit
-def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g, use_q, excl, thr, cut, l_scale,
-                     rmask, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, use_q, excl, thr, cut,
+                     l_scale, rmask, STREAM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
     """argmax_x (log r(x) + G_x) over [0, n) of the masked p (see the module docstring), for each of
-    the BLOCK_R rows (every other argument but n one per row; rows without `rmask` read nothing)."""
+    the BLOCK_R rows (every other argument but n one per row; rows without `rmask` read nothing), with
+    STREAM's noise as in `kernels._resample`."""
     offs = tl.arange(0, BLOCK_V)
     best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
     best_ri = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
@@ -47,6 +49,7 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
     q_m_col = q_m[:, None]
     q_log_s_col = q_log_s[:, None]
     g_col = g[:, None]
+    pos_col = pos_t[:, None]
     use_q_col = use_q[:, None]
     excl_col = excl[:, None]
     thr_col = thr[:, None]
@@ -60,7 +63,10 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         z = tl.where(z == z, z, NEG_INF)
         mask = mask & ((z > thr_col) | ((z == thr_col) & (idx <= cut_col)))
         log_p = (z - m_col) - log_s_col
-        gum = philox_gumbel(g_col, idx)
+        if STREAM == "murmur3":
+            gum = murmur3_noise(g_col, pos_col, idx)
+        else:
+            gum = philox_gumbel(g_col, idx)
         sp = log_p + gum
         sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         zq = tl.load(q_ptrs + idx, mask=use_q_col & mask, other=NEG_INF)
