@@ -31,7 +31,16 @@ ARRAY_FIELDS = (
     "top_k",
     "top_p",
     "min_p",
+    "accept_uniforms",
+    "resample_gumbel",
+    "resample_uniforms",
 )
+# SPEC section 3c's explicit noise: float64, None unless the sampler's family is `explicit`.
+NOISE_FIELDS = ("accept_uniforms", "resample_gumbel", "resample_uniforms")
+# What moves with a request when a batch is cut or rearranged (SPEC section 7): arrays indexed by
+# row (`[N, ...]`) and by request (`[R, ...]`); optional ones are skipped when None.
+ROW_FIELDS = ("target_logits", "draft_token_ids", "pos", "accept_uniforms")
+REQUEST_FIELDS = ("idx_mapping", "resample_gumbel", "resample_uniforms")
 # Arrays indexed by request state (`[S]`, `draft_logits` `[S, K, Vd]`): never sliced by chunking.
 STATE_FIELDS = ("temperature", "seeds", "top_k", "top_p", "min_p")
 SCALAR_FIELDS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode", "verification")
@@ -87,6 +96,9 @@ class SpecBatch:
     top_p: np.ndarray | None = None  # float32 [S] in (0, 1]; 1 is off
     min_p: np.ndarray | None = None  # float32 [S] in [0, 1]; 0 is off
     verification: str = methods.BASELINE.name  # a name of `methods.METHODS`: "token" (SPEC 4) or "block" (4b)
+    accept_uniforms: np.ndarray | None = None  # float64 [N] in (0, 1): explicit noise (SPEC 3c), u of each row
+    resample_gumbel: np.ndarray | None = None  # float64 [R, V'], finite: per request, G of the token it samples
+    resample_uniforms: np.ndarray | None = None  # float64 [R] in (0, 1): per request, U of an inverse-CDF resample
 
     def __post_init__(self):
         for name in ARRAY_FIELDS:
@@ -180,6 +192,10 @@ class SpecBatch:
                 pass
         return (*((method.name,) if verified else ()), *self.sampling_params_on())
 
+    def noise_carried(self) -> tuple[str, ...]:
+        """The explicit noise fields (SPEC section 3c) this batch carries, in `NOISE_FIELDS` order."""
+        return tuple(name for name in NOISE_FIELDS if getattr(self, name, None) is not None)
+
     def summary(self) -> str:
         """A compact one-paragraph description, for failure messages (tolerates malformed batches).
 
@@ -206,6 +222,9 @@ class SpecBatch:
         params = self.sampling_params_on()
         if params:
             extra += ", sampling params " + "/".join(params)
+        noise = self.noise_carried()
+        if noise:
+            extra += ", explicit noise " + "/".join(noise)
         return (
             f"SpecBatch({shape}, drafts={drafts}, dtype={self.logits_dtype}, "
             f"logprobs={lp}{extra}, n_r={n}, T={temps})"

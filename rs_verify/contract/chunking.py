@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .batch import LogprobsTensors, SamplerOutput, SpecBatch
+from .batch import REQUEST_FIELDS, ROW_FIELDS, LogprobsTensors, SamplerOutput, SpecBatch
 
 DEFAULT_CAP_BYTES = 2**30
 
@@ -45,32 +45,36 @@ def iter_request_chunks(cu_num_logits, max_chunk_logits: int) -> Iterator[tuple[
 
 
 def slice_batch(batch: SpecBatch, start: int, end: int) -> SpecBatch:
-    """Requests `[start, end)` as a batch of their own (cu rebased; draft logits stay indexed by state)."""
+    """Requests `[start, end)` as a batch of their own (cu rebased; the explicit noise sliced with
+    its rows and requests; draft logits stay indexed by state)."""
     cu = np.asarray(batch.cu_num_logits)
     lo, hi = int(cu[start]), int(cu[end])
     return batch.replace(
-        target_logits=batch.target_logits[lo:hi],
-        draft_token_ids=batch.draft_token_ids[lo:hi],
-        pos=batch.pos[lo:hi],
         cu_num_logits=(cu[start : end + 1] - cu[start]).astype(cu.dtype),
-        idx_mapping=batch.idx_mapping[start:end],
+        **take_rows_and_requests(batch, slice(lo, hi), slice(start, end)),
     )
 
 
 def select_requests(batch: SpecBatch, reqs) -> SpecBatch:
-    """A batch of the given requests, in the given order (rows gathered, cu rebuilt)."""
+    """A batch of the given requests, in the given order (rows and the explicit noise gathered, cu rebuilt)."""
     reqs = [int(r) for r in reqs]
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     rows = np.concatenate([np.arange(cu[r], cu[r + 1]) for r in reqs]) if reqs else np.zeros(0, np.int64)
     sizes = np.array([cu[r + 1] - cu[r] for r in reqs], dtype=np.int64)
     new_cu = np.concatenate([[0], np.cumsum(sizes)]).astype(batch.cu_num_logits.dtype)
-    return batch.replace(
-        target_logits=batch.target_logits[rows],
-        draft_token_ids=batch.draft_token_ids[rows],
-        pos=batch.pos[rows],
-        cu_num_logits=new_cu,
-        idx_mapping=np.asarray(batch.idx_mapping)[reqs].astype(batch.idx_mapping.dtype),
-    )
+    return batch.replace(cu_num_logits=new_cu,
+                         **take_rows_and_requests(batch, rows, np.asarray(reqs, dtype=np.int64)))
+
+
+def take_rows_and_requests(batch: SpecBatch, rows, reqs) -> dict:
+    """Every per-row field indexed by `rows` and every per-request field by `reqs` (a slice or an
+    index array each; SPEC section 7), dtypes kept; optional fields that are None stay None."""
+    out = {}
+    for fields, index in ((ROW_FIELDS, rows), (REQUEST_FIELDS, reqs)):
+        for name in fields:
+            a = getattr(batch, name)
+            out[name] = None if a is None else np.asarray(a)[index]
+    return out
 
 
 def concat_outputs(parts: list[SamplerOutput], batch: SpecBatch) -> SamplerOutput:

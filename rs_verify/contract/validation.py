@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import LOGITS_DTYPES, LOGPROBS_MODES, VERIFICATION_METHODS, SpecBatch
+from .batch import LOGITS_DTYPES, LOGPROBS_MODES, NOISE_FIELDS, VERIFICATION_METHODS, SpecBatch
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -81,10 +81,36 @@ def _check_structure(batch: SpecBatch) -> None:
             _fail("draft_logits", None, "draft vocab size must be >= 1")
         if dl.shape[2] > v:
             _fail("draft_logits", None, f"draft vocab {dl.shape[2]} exceeds target vocab {v}")
+    _check_noise_structure(batch, n, r)
     nl = batch.num_logprobs
     if nl is not None:
         if isinstance(nl, bool) or not isinstance(nl, (int, np.integer)) or not 0 <= nl <= v:
             _fail("num_logprobs", None, f"expected None or an int in [0, {v}], got {nl!r}")
+
+
+def _check_noise_structure(batch: SpecBatch, n: int, r: int) -> None:
+    """SPEC section 3c's explicit noise, each optional: float64 `[N]`, `[R, V']`, `[R]`."""
+    shapes = {"accept_uniforms": (n,), "resample_gumbel": (r, batch.effective_vocab_size), "resample_uniforms": (r,)}
+    for name in NOISE_FIELDS:
+        if getattr(batch, name) is not None:
+            _check_array(batch, name, np.float64, shapes[name])
+
+
+def _check_noise_values(batch: SpecBatch) -> None:
+    """Uniforms finite and in (0, 1), Gumbel noise finite (SPEC section 9), wherever they are."""
+    rules = (
+        ("accept_uniforms", lambda a: ~(a > 0) | ~(a < 1), "must be finite and in (0, 1)"),
+        ("resample_gumbel", lambda a: ~np.isfinite(a), "must be finite"),
+        ("resample_uniforms", lambda a: ~(a > 0) | ~(a < 1), "must be finite and in (0, 1)"),
+    )
+    for name, bad_value, why in rules:
+        a = getattr(batch, name)
+        if a is None:
+            continue
+        bad = bad_value(a)
+        if bad.any():
+            i = _first(bad)
+            _fail(name, i, f"{why}, got {a[i]}")
 
 
 def _check_layout(batch: SpecBatch) -> None:
@@ -159,6 +185,7 @@ def _check_values(batch: SpecBatch) -> None:
         r = _first(bad)
         _fail("temperature", int(states[r]), f"must be finite and >= 0, got {temp[r]} (request {r})")
     _check_sampling_params(batch, states)
+    _check_noise_values(batch)
     # Verified draft ids: every row of a request but its first holds one (row j verifies id j + 1).
     first_row = np.zeros(batch.num_logits, bool)
     first_row[cu[:-1]] = True
