@@ -215,3 +215,52 @@ def test_a_large_batch_is_summarised_briefly_and_bundled_whole(tmp_path):
         assert len(out.failure.message) < 1024 and len(text) < 4096, (len(text), text[:2000])
     (path,) = tmp_path.glob("fails-*.npz")  # the timeout of a fixed campaign replays from its seed
     _same_batch(bundle.load(path).batch, big)
+
+
+def _noisy(b: SpecBatch) -> SpecBatch:
+    """`b` carrying SPEC 3c's explicit noise, edge values included (2**-53, 1 - 2**-53, -0.0)."""
+    r, v = b.num_reqs, b.effective_vocab_size
+    u = np.linspace(2.0**-53, 1 - 2.0**-53, b.num_logits)
+    g = np.random.default_rng(1).gumbel(size=(r, v))
+    g[0, 0] = -0.0
+    return b.replace(accept_uniforms=u, resample_gumbel=g, resample_uniforms=u[:r][::-1].copy())
+
+
+def _same_noise(a: SpecBatch, b: SpecBatch) -> None:
+    assert a.noise_carried() == b.noise_carried()
+    for name in a.noise_carried():
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
+
+
+def test_explicit_noise_round_trips_bit_for_bit(tmp_path):
+    """A batch's explicit noise is bundled bit for bit, summarised, and rebuilt exactly by the
+    reproducer code of a failure message."""
+    b = _noisy(_batch(3))
+    failure = Failure("determinism", "reference", "property", "boom", batch=b, drawn=b)
+    got = bundle.load(bundle.save(tmp_path, failure, options={"profile": "ci"}))
+    _same_batch(got.batch, b)
+    _same_noise(got.batch, b)
+    _same_noise(got.drawn, b)
+    assert "explicit noise accept_uniforms/resample_gumbel/resample_uniforms" in got.meta["batch_summary"]
+    assert "explicit noise" not in _batch(3).summary()
+    scope = {}
+    exec("import numpy as np\nfrom numpy import inf, nan\nfrom rs_verify import SpecBatch\n"
+         f"batch = {replay.batch_to_code(b)}", scope)
+    _same_noise(scope["batch"], b)
+
+
+def test_a_bundle_written_before_the_noise_fields_loads(tmp_path):
+    """A bundle from before SPEC 3c (its batch has no noise fields at all) loads with them None."""
+    b = _batch(2)
+    path = bundle.save(tmp_path, Failure("determinism", "reference", "property", "", batch=b, drawn=b),
+                       options={"profile": "ci"})
+    with np.load(path, allow_pickle=False) as raw:
+        members = {k: raw[k] for k in raw.files}
+    meta = json.loads(str(members[bundle.META_KEY][()]))
+    for name in ("accept_uniforms", "resample_gumbel", "resample_uniforms"):
+        assert meta["batch"].pop(name) is None and meta["drawn"].pop(name) is None
+    old = _corrupt(tmp_path, "old.npz", dict(members, **{bundle.META_KEY: np.array(json.dumps(meta))}))
+    got = bundle.load(old)
+    _same_batch(got.batch, b)
+    assert got.batch.noise_carried() == () and got.drawn.accept_uniforms is None

@@ -40,7 +40,8 @@ FORMAT = "rs-verify-bundle"
 VERSION = 1
 META_KEY = "__meta__"
 # Batch fields added after the first bundles were written: an older bundle replays with their defaults.
-_LATER_FIELDS = {"top_k": None, "top_p": None, "min_p": None, "verification": "token"}
+_LATER_FIELDS = {"top_k": None, "top_p": None, "min_p": None, "verification": "token",
+                 "accept_uniforms": None, "resample_gumbel": None, "resample_uniforms": None}
 _REQUIRED = ("format", "version", "property", "sampler", "options", "versions", "drawn", "batch")
 
 

@@ -7,12 +7,13 @@ import contextlib
 import numpy as np
 
 from ..harness.failure import PropertyFailure
-from ..contract.batch import STATE_FIELDS, SpecBatch
+from ..contract.batch import REQUEST_FIELDS, ROW_FIELDS, STATE_FIELDS, SpecBatch
 from ..contract.chunking import select_requests
 
 
 def merge_unrelated(batch: SpecBatch, rng: np.random.Generator) -> tuple[SpecBatch, list[int]]:
-    """`batch` interleaved with unrelated requests (own states, seeds, positions and logits).
+    """`batch` interleaved with unrelated requests (own states, seeds, positions, logits and
+    explicit noise; the batch's own noise moves with its rows and requests).
 
     Returns the merged batch and, for each original request, its index in the merged one.
     """
@@ -26,6 +27,7 @@ def merge_unrelated(batch: SpecBatch, rng: np.random.Generator) -> tuple[SpecBat
         target_logits=tl,
         pos=np.where(pos > 2**62, pos - shift, pos + shift).astype(np.int64),
         idx_mapping=(np.asarray(batch.idx_mapping) + s).astype(np.int32),
+        **fresh_noise(batch, rng),
     )
     states = dict(
         tiled_states(batch, 2),
@@ -39,15 +41,25 @@ def merge_unrelated(batch: SpecBatch, rng: np.random.Generator) -> tuple[SpecBat
 
 
 def _concat_batches(a: SpecBatch, b: SpecBatch) -> SpecBatch:
-    """Requests of `a` then `b`; both share the state arrays of `a`."""
+    """Requests of `a` then `b` (their rows, their explicit noise); both share the state arrays of `a`."""
     cu = np.concatenate([a.cu_num_logits, a.cu_num_logits[-1] + b.cu_num_logits[1:]]).astype(np.int32)
-    return a.replace(
-        target_logits=np.concatenate([a.target_logits, b.target_logits]),
-        draft_token_ids=np.concatenate([a.draft_token_ids, b.draft_token_ids]),
-        pos=np.concatenate([a.pos, b.pos]),
-        cu_num_logits=cu,
-        idx_mapping=np.concatenate([a.idx_mapping, b.idx_mapping]).astype(np.int32),
-    )
+    joined = {}
+    for name in (*ROW_FIELDS, *REQUEST_FIELDS):
+        x, y = getattr(a, name), getattr(b, name)
+        joined[name] = None if x is None else np.concatenate([x, y])
+    return a.replace(cu_num_logits=cu, **joined)
+
+
+def fresh_noise(batch: SpecBatch, rng: np.random.Generator) -> dict:
+    """New explicit noise (SPEC section 3c) for each noise field `batch` carries, of the same shape:
+    what fresh seeds are to the in-kernel families. Uniforms are multiples of `2**-53` in `(0, 1)`;
+    the Gumbel noise is `-log(-log U)` of such uniforms (finite)."""
+    out = {}
+    for name in batch.noise_carried():
+        shape = np.shape(getattr(batch, name))
+        u = rng.integers(1, 2**53, size=shape, dtype=np.int64).astype(np.float64) * 2.0**-53
+        out[name] = -np.log(-np.log(u)) if name == "resample_gumbel" else u
+    return out
 
 
 def copies_note(drawn: SpecBatch) -> str:
@@ -68,7 +80,8 @@ def reported_on(drawn: SpecBatch):
 
 def reseeded_copies(batch: SpecBatch, copies: int, seed: int) -> SpecBatch:
     """`batch` followed by `copies - 1` copies of its requests under fresh states (new seeds,
-    shifted positions, same logits and temperatures): more stochastic decisions per example."""
+    shifted positions, fresh explicit noise when the batch carries it, same logits and
+    temperatures): more stochastic decisions per example."""
     if copies <= 1 or batch.num_reqs == 0:
         return batch
     rng = np.random.default_rng(seed)
@@ -80,6 +93,7 @@ def reseeded_copies(batch: SpecBatch, copies: int, seed: int) -> SpecBatch:
         other = batch.replace(
             pos=np.where(pos > 2**62, pos - shift, pos + shift).astype(np.int64),
             idx_mapping=(np.asarray(batch.idx_mapping) + c * s).astype(np.int32),
+            **fresh_noise(batch, rng),
         )
         out = _concat_batches(out, other)
     return out.replace(
