@@ -1,5 +1,6 @@
 """Batches with exactly one defect of each class of SPEC section 9 (the sampling parameters'
-and the verification method's classes come from `strategies.bad_params`).
+and the verification method's classes come from `strategies.bad_params`, the explicit noise's
+from `strategies.bad_noise`).
 
 `invalid_batches()` draws a valid batch from `spec_batches` (with whatever the
 defect needs: a request, a verified draft row, model drafts, a dtype) and
@@ -18,8 +19,9 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from rs_verify.contract.batch import ARRAY_FIELDS, SAMPLING_PARAMS, SpecBatch
+from rs_verify.contract.batch import ARRAY_FIELDS, NOISE_FIELDS, SAMPLING_PARAMS, SpecBatch
 
+from .bad_noise import NOISE_CLASSES, noise_defects
 from .bad_params import PARAM_CLASS_NEEDS, param_defects
 from .batches import spec_batches
 from .logits import FLOAT32_MAX
@@ -112,6 +114,7 @@ _WRONG_DTYPES = {
     np.dtype(np.float32): (np.float64, np.float16, np.int32),
     np.dtype(np.int64): (np.int32, np.uint64, np.float64),
     np.dtype(np.int32): (np.int64, np.uint32, np.int16),
+    np.dtype(np.float64): (np.float32, np.float16, np.int64),
 }
 
 
@@ -327,7 +330,7 @@ _BF16 = dict(logits_dtypes=("bfloat16",))
 _FP16 = dict(logits_dtypes=("float16",))
 
 _DEFECTS: dict[str, tuple[str, dict, object]] = {}
-for _f in (f for f in ARRAY_FIELDS if f not in SAMPLING_PARAMS):  # optional arrays: their own classes
+for _f in (f for f in ARRAY_FIELDS if f not in (*SAMPLING_PARAMS, *NOISE_FIELDS)):  # optional arrays: their own classes
     _needs = _MODEL if _f == "draft_logits" else {}
     _DEFECTS[f"dtype:{_f}"] = (_f, _needs, _wrong_dtype(_f))
     _DEFECTS[f"shape:{_f}"] = (_f, _needs, _wrong_shape(_f))
@@ -365,15 +368,19 @@ _DEFECTS.update(
 )
 
 _DEFECTS.update(param_defects(_wrong_dtype, _wrong_shape, _R1))  # top_k, top_p, min_p, verification
+_DEFECTS.update(noise_defects(_wrong_dtype, _wrong_shape, _R1))  # accept_uniforms, resample_gumbel, resample_uniforms
 
 INVALID_CLASSES: tuple[str, ...] = tuple(_DEFECTS)
 EXPECTED_FIELD: dict[str, str] = {name: spec[0] for name, spec in _DEFECTS.items()}
 
 
-def classes_for(sampling_params: Sequence[str] = SAMPLING_PARAMS) -> tuple[str, ...]:
+def classes_for(sampling_params: Sequence[str] = SAMPLING_PARAMS, noise: bool = True) -> tuple[str, ...]:
     """`INVALID_CLASSES` without those that send a parameter outside `sampling_params` (SPEC 10:
-    a sampler is never sent a parameter it does not declare; `PARAM_CLASS_NEEDS`)."""
-    return tuple(c for c in INVALID_CLASSES if PARAM_CLASS_NEEDS.get(c) in (None, *sampling_params))
+    a sampler is never sent a parameter it does not declare; `PARAM_CLASS_NEEDS`), and without the
+    explicit noise's (`NOISE_CLASSES`) unless `noise` (SPEC 9: a sampler of a family that does not
+    read the noise ignores it)."""
+    return tuple(c for c in INVALID_CLASSES if PARAM_CLASS_NEEDS.get(c) in (None, *sampling_params)
+                 and (noise or c not in NOISE_CLASSES))
 
 # Small base batches: a defect needs no size to show.
 _BASE = dict(max_reqs=4, max_spec_steps=4, max_vocab=129)

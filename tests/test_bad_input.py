@@ -1,11 +1,14 @@
 """Bad input (SPEC section 9)."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from rs_verify.contract.validation import validate
 from rs_verify.strategies import invalid_batches
+from rs_verify.strategies.bad_noise import BAD_VALUES as NOISE_BAD_VALUES
 from rs_verify.strategies.bad_params import BAD_VALUES
 
 FAST = settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -37,8 +40,9 @@ def test_bad_parameter_values_name_the_field_and_state(defect):
     check()
 
 
-@pytest.mark.parametrize("defect", [f"{kind}:{name}" for name in ("top_k", "top_p", "min_p") for kind in ("dtype", "shape")]
-                         + ["unknown_verification"])
+@pytest.mark.parametrize("defect", [f"{kind}:{name}" for name in ("top_k", "top_p", "min_p", "accept_uniforms",
+                                                                   "resample_gumbel", "resample_uniforms")
+                                     for kind in ("dtype", "shape")] + ["unknown_verification"])
 def test_whole_field_defects_name_the_field(defect):
     """Wrong dtypes or shapes of the parameters, and an unknown verification method, are reported
     for the whole field (no index), before anything else is read."""
@@ -47,6 +51,27 @@ def test_whole_field_defects_name_the_field(defect):
     @given(invalid_batches(classes=[defect]))
     def check(pair):
         with pytest.raises(ValueError, match=rf"^{pair.expected_field}: "):
+            validate(pair.batch)
+
+    check()
+
+
+@pytest.mark.parametrize("defect", sorted(NOISE_BAD_VALUES))
+def test_bad_noise_values_name_the_field_and_entry(defect):
+    """Each bad explicit-noise class breaks one entry (SPEC 9: uniforms outside (0, 1) or not finite,
+    Gumbel noise not finite), and the contract names that field and that entry."""
+
+    @FAST
+    @given(invalid_batches(classes=[defect]))
+    def check(pair):
+        field = pair.expected_field
+        a = np.asarray(getattr(pair.batch, field))
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(a) if field == "resample_gumbel" else ~((a > 0) & (a < 1))
+        cells = np.argwhere(bad)
+        assert len(cells) == 1, (defect, cells)
+        index = int(cells[0][0]) if a.ndim == 1 else tuple(int(i) for i in cells[0])
+        with pytest.raises(ValueError, match=rf"^{field}\[{re.escape(str(index))}\]: "):
             validate(pair.batch)
 
     check()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from rs_verify.contract import streams as stream_families
 from rs_verify.strategies import DEFAULT_BLOCK_SIZES, chunk_caps, decision_batches, invalid_batches
 from rs_verify.strategies.invalid import classes_for
 
@@ -52,8 +53,17 @@ def batch_and_cap(ctx):
 
 def _classes(ctx) -> tuple[str, ...]:
     """The SPEC section 9 defect classes the sampler may be sent: none with a sampling parameter it
-    does not declare (SPEC section 10)."""
-    return classes_for(ctx.record.sampling_params if ctx.record is not None else ())
+    does not declare (SPEC section 10), none of the explicit noise unless its family reads it."""
+    if ctx.record is None:
+        return classes_for((), noise=False)
+    return classes_for(ctx.record.sampling_params, noise=_reads_noise(ctx.record.streams))
+
+
+def _reads_noise(streams) -> bool:
+    """Whether a declared stream family takes its random numbers from the batch (SPEC 3c)."""
+    if streams == stream_families.OWN:
+        return False
+    return stream_families.family(streams).keyed_by == "batch"
 
 
 def invalid(ctx):

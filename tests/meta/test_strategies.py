@@ -31,6 +31,7 @@ from rs_verify.strategies import (
     decision_batches,
     spec_batches,
 )
+from rs_verify.strategies.bad_noise import NOISE_CLASSES
 from rs_verify.strategies.chunks import AT_BOUNDARY, BELOW_LARGEST, ONE_CHUNK
 from rs_verify.strategies.logits import ONE_HOT_GAP
 
@@ -397,13 +398,14 @@ def test_invalid_classes_cover_spec_section_9():
     assert fields == {
         "target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping",
         "temperature", "seeds", "logits_dtype", "logprobs_mode", "num_logprobs",
-        "top_k", "top_p", "min_p", "verification",
+        "top_k", "top_p", "min_p", "verification", "accept_uniforms", "resample_gumbel", "resample_uniforms",
     }
     for f in ("target_logits", "draft_logits", "draft_token_ids", "cu_num_logits", "pos", "idx_mapping", "temperature",
-              "seeds", "top_k", "top_p", "min_p"):
+              "seeds", "top_k", "top_p", "min_p", "accept_uniforms", "resample_gumbel", "resample_uniforms"):
         assert f"dtype:{f}" in INVALID_CLASSES and f"shape:{f}" in INVALID_CLASSES
     for c in ("top_k_negative", "top_p_out_of_range", "top_p_not_finite", "min_p_out_of_range", "min_p_nan",
-              "unknown_verification"):
+              "unknown_verification", "accept_uniforms_out_of_range", "accept_uniforms_not_finite",
+              "resample_gumbel_not_finite", "resample_uniforms_out_of_range", "resample_uniforms_not_finite"):
         assert c in INVALID_CLASSES
 
 
@@ -415,3 +417,13 @@ def test_invalid_classes_for_declared_parameters():
     assert set(INVALID_CLASSES) - none == set(PARAM_CLASS_NEEDS) and "unknown_verification" in none
     assert {c for c in classes_for(("top_p",)) if c in PARAM_CLASS_NEEDS} == {
         c for c, name in PARAM_CLASS_NEEDS.items() if name == "top_p"}
+
+
+def test_noise_classes_only_for_samplers_that_read_the_noise():
+    """SPEC 9: samplers of a family without explicit noise ignore its fields, so they are sent none
+    of its classes, and the classes they are sent are those of before, in the same order."""
+    assert set(NOISE_CLASSES) <= set(INVALID_CLASSES)
+    without = classes_for(noise=False)
+    assert not set(without) & set(NOISE_CLASSES)
+    assert without == tuple(c for c in INVALID_CLASSES if c not in NOISE_CLASSES)
+    assert INVALID_CLASSES[: len(without)] == without  # the noise's classes come last
