@@ -286,3 +286,42 @@ def test_murmur3_samplers_are_certified_and_philox_noise_under_its_name_fails(re
         outcome = _certification(_Declaring(declares, draws), reference)
         assert outcome.status == "failed", (declares, draws)
         assert "argmax diverges" in outcome.failure.text(), outcome.failure.text()
+
+
+def _murmur3_drawing(name, uniform, floor: bool):
+    """A sampler declaring murmur3 whose noise maps the float32 uniform by `uniform` and, without `floor`,
+    writes `-log(-log1p(-u))` (G = -inf at u = 1.0): the reference drawing that variant."""
+    from rs_verify.contract import murmur3
+    from rs_verify.contract.streams import StreamFamily
+
+    def noise(seeds, pos, vocab, out=None):
+        h = murmur3.hash_words(*murmur3.key_words(np.asarray(seeds).reshape(-1, 1), np.asarray(pos).reshape(-1, 1),
+                                                  np.arange(vocab)[None, :]))
+        u = uniform(murmur3.uniform_from_hash(h)).astype(np.float64)
+        with np.errstate(divide="ignore"):
+            g = murmur3.noise_from_uniform(u) if floor else -np.log(-np.log1p(-u))
+        if out is None:
+            return g
+        out[...] = g
+        return out
+
+    family = StreamFamily(name=name, section="3d", acceptance=murmur3.MURMUR3.acceptance, noise=noise)
+    sampler = _Declaring("murmur3", "murmur3")
+    sampler.name, sampler.inner = name, ReferenceSampler(streams=family)
+    return sampler
+
+
+@pytest.mark.parametrize("name, uniform, floor", [
+    ("no floor on 1 - u", lambda u: u, False),
+    ("u floored at TINY", lambda u: np.maximum(u, np.float32(4.6566127342e-10)), True),
+], ids=["no-floor", "tiny-floor"])
+def test_murmur3_edge_defects_are_killed_on_drawn_batches(name, uniform, floor, reference):
+    """The strategies plant murmur3's edges (u = 1.0 and u = 2**-33 deciding bonus tokens) for a sampler
+    declaring the family: certification at the ci profile kills a sampler that gets G wrong only there,
+    which passes the same run when the edges are not planted (random seeds never reach them)."""
+    sampler = _murmur3_drawing(name, uniform, floor)
+    outcome = _certification(sampler, reference)
+    assert outcome.status == "failed" and "argmax diverges" in outcome.failure.text()
+    ctx = make_context(sampler, reference, profile="ci")
+    assert ctx.batch_kwargs.pop("streams") == "murmur3"
+    assert run_property(PROPERTIES["certified_equivalence"], ctx).status == "passed"
