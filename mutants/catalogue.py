@@ -38,6 +38,7 @@ from .mutation import load_patched
 TRITON = "rs_verify.triton_sampler"
 REFERENCE = "rs_verify.reference"
 TRITON_BUILD = "pkg.TritonSampler(block_v=32)"
+MURMUR3_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3")'  # SPEC 3b's resampling noise
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _k(*pairs):
 
 
 # -- recurring anchors in rs_verify/triton_sampler/kernels.py (the streams' helpers: streams.py) ----
-RESAMPLE_SEED = "g = philox_resample_seed(seed, tl.load(pos_ptr + jt))"
+RESAMPLE_SEED = "g = philox_resample_seed(seed, pos_t)"
 ACCEPT_U = "u = philox_acceptance(seed, j_pos)"
 STATE_SEED = "seed = tl.load(seeds_ptr + s)"
 GREEDY = "greedy = temp == 0.0"
@@ -111,7 +112,7 @@ MUTANTS: list[Mutant] = [
         "Shared noise stream between draft and resample: the resample noise is keyed at pos + 2**30, "
         "the drafter's salted stream, so the resample reuses the noise that picked the draft.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, tl.load(pos_ptr + jt) + 1073741824)  # MUTANT: drafter salt")),
+        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, pos_t + 1073741824)  # MUTANT: drafter salt")),
         killers=("certified_equivalence",),
         note="Biases the output only against drafts drawn with that stream (distribution_model_drafts on CUDA); "
              "under the interpreter the certification sees the stream itself differ.",
@@ -122,11 +123,8 @@ MUTANTS: list[Mutant] = [
         "noise is the acceptance uniform u itself and token x's is the uniform of position pos + x.",
         TRITON,
         _k(
-            ("g, use_q, excl,\n", "g, use_q, excl, pos_t,  # MUTANT\n"),
             ("gum = philox_gumbel(g, idx)", "gum = philox_gumbel(g, pos_t + idx)  # MUTANT"),
-            (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream\n        pos_t = tl.load(pos_ptr + jt)"),
-            ("g, ok_t, -1,\n", "g, ok_t, -1, pos_t,\n"),
-            ("g, ok_t, excl,\n", "g, ok_t, excl, pos_t,\n"),
+            (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream"),
         ),
         killers=("certified_equivalence",),
     ),
@@ -135,7 +133,7 @@ MUTANTS: list[Mutant] = [
         "Resample seed g = randint(seed, pos) held as int32 and reloaded: tl.rand sign-extends it (SPEC 3: "
         "Triton widens it without sign extension), so every g < 0 draws other noise.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, tl.load(pos_ptr + jt)).to(tl.int32, bitcast=True)  # MUTANT")),
+        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, pos_t).to(tl.int32, bitcast=True)  # MUTANT")),
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -187,6 +185,70 @@ MUTANTS: list[Mutant] = [
                          "log1m_v = tl.log(1.0 - v)  # MUTANT: cancellation for small v")]},
         killers=("stream_edges",),
         note="Elsewhere the error (about 3e-8 / v in log E) is below the certification's tolerance.",
+    ),
+    # -- the murmur3 family (SPEC 3b): the Triton sampler built with streams="murmur3" -----------
+    Mutant(
+        "murmur3_key_word_order",
+        "MurmurHash3 key words in another order: (seed_lo, seed_hi, x, pos_lo) instead of SPEC 3b's "
+        "(seed_lo, seed_hi, pos_lo, x), so every token's resampling noise is another hash.",
+        TRITON,
+        {"murmur3.py": [("    h = _mix(h, pos.to(tl.int64).to(tl.uint32))\n    h = _mix(h, idx.to(tl.uint32))\n",
+                         "    h = _mix(h, idx.to(tl.uint32))  # MUTANT: token before position\n"
+                         "    h = _mix(h, pos.to(tl.int64).to(tl.uint32))\n")]},
+        build=MURMUR3_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "murmur3_seed_high_word_dropped",
+        "The seed's high word dropped from the MurmurHash3 key (the seed held as 32 bits): seeds that differ "
+        "above bit 31 share their resampling noise, and seed_hi is hashed as 0.",
+        TRITON,
+        {"murmur3.py": [("h = _mix(h, (seed.to(tl.int64) >> 32).to(tl.uint32))",
+                         "h = _mix(h, (seed.to(tl.int64) & 0).to(tl.uint32))  # MUTANT: seed_hi dropped")]},
+        build=MURMUR3_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "murmur3_drafter_salt_on_target",
+        "The drafter's position salt (pos + 2**30) applied to the target's resampling noise: the resample "
+        "hashes (seed, pos + 2**30, x), the stream a drafter of the same seed draws its drafts with.",
+        TRITON,
+        {"murmur3.py": [("h = _mix(h, pos.to(tl.int64).to(tl.uint32))",
+                         "h = _mix(h, (pos.to(tl.int64) + 1073741824).to(tl.uint32))  # MUTANT: drafter salt")]},
+        build=MURMUR3_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "murmur3_uniform_one_conversion",
+        "Another uniform formula: u = fp32(h) * 2**-32 (one rounded conversion) instead of SPEC 3b's two exact "
+        "16-bit halves plus half an ulp, so h < 128 gives u = 0 and G = +inf (the token wins whatever its p), "
+        "and every other u is off by up to 2**-25.",
+        TRITON,
+        {"murmur3.py": [("    hi = (h >> 16).to(tl.float32) * 1.52587890625e-05\n"
+                         "    lo = ((h & 0xFFFF).to(tl.float32) + 0.5) * 2.3283064365386963e-10\n"
+                         "    return hi + lo\n",
+                         "    return h.to(tl.float32) * 2.3283064365386963e-10  # MUTANT: fp32(h) * 2**-32\n")]},
+        build=MURMUR3_BUILD,
+        killers=("stream_edges", "certified_equivalence"),
+        note="Off the edges the uniforms differ by at most 2**-25 (far inside the certification's tolerance); "
+             "the tiny-noise edge point (hash 0) is where it differs: u = 0, G = +inf.",
+    ),
+    Mutant(
+        "murmur3_bonus_noise_still_philox",
+        "A half-migrated sampler: the resample after a rejected draft draws murmur3 noise, the draw without "
+        "one (the bonus, or the resample after a padded draft) still Philox's rand(randint(seed, pos), x).",
+        TRITON,
+        {"kernels.py": [("gum = murmur3_noise(g, pos_t, idx)",
+                         "gum = tl.where(use_q, murmur3_noise(g, pos_t, idx), "
+                         "philox_gumbel(philox_resample_seed(g, pos_t), idx))  # MUTANT: bonus still Philox")],
+         "residual.py": [("from .streams import philox_gumbel\n",
+                          "from .streams import philox_gumbel, philox_resample_seed  # MUTANT\n"),
+                         ("gum = murmur3_noise(g_col, pos_col, idx)",
+                          "gum = tl.where(use_q_col | (excl_col >= 0), murmur3_noise(g_col, pos_col, idx), "
+                          "philox_gumbel(philox_resample_seed(g_col, pos_col), idx))  # MUTANT: bonus still Philox")]},
+        build=MURMUR3_BUILD,
+        killers=("certified_equivalence",),
+        note="verify_kernel passes ok_t (a rejected, valid draft) as use_q for model and one-hot drafts alike.",
     ),
     # -- chunking (SPEC section 7) ---------------------------------------------------------------
     Mutant(
@@ -443,8 +505,8 @@ MUTANTS: list[Mutant] = [
         "Padded (-1) model drafts resampled from max(p - q, 0) with the q of a step that proposed nothing "
         "(measured vLLM MRV2 behaviour; SPEC 4 resamples from p).",
         TRITON,
-        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        g = philox_resample_seed",
-            "        ok_t = has_d  # MUTANT: padded drafts use q\n        g = philox_resample_seed"),
+        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        pos_t = tl.load(pos_ptr + jt)",
+            "        ok_t = has_d  # MUTANT: padded drafts use q\n        pos_t = tl.load(pos_ptr + jt)"),
            ("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
             "        ok_t = has_d  # MUTANT: padded drafts use q (resample_kernel)\n        thr")),
         killers=("certified_equivalence",),
