@@ -8,7 +8,10 @@ tests (the planted bugs, the messages, the helpers), not these runs.
 The budget of the default run: the reference (NumPy) takes the profile's whole budget; a sampler
 that runs slowly here (the Triton sampler under the interpreter, the torch example on CPU) takes a
 share of its examples (tests/conftest.py), and its slow campaigns run in the long run only
-(RS_VERIFY_FULL=1, where every sampler takes the whole budget).
+(RS_VERIFY_FULL=1, where every sampler takes the whole budget). The Triton sampler drawing the
+murmur3 family (SPEC 3b) runs, in the default run, the properties that concern a stream family
+(`FAMILY_PROPERTIES`), the rest in the long run: its kernels are the default family's but for the
+noise.
 """
 
 import pytest
@@ -19,6 +22,7 @@ from rs_verify.engine.runner import pytest_run
 from rs_verify.harness import device
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties.registry import register
+from rs_verify.triton_sampler import TritonSampler
 
 MIN_DECISIONS = 100  # a run that counts stochastic decisions compares at least this many
 
@@ -27,8 +31,20 @@ MIN_DECISIONS = 100  # a run that counts stochastic decisions compares at least 
 GATED = {
     "reference": (lambda request: request.getfixturevalue("reference"), lambda: False),
     "triton": (lambda request: request.getfixturevalue("triton_sampler"), device.interpreted),
+    "triton-murmur3": (lambda request: request.getfixturevalue("triton_murmur3_sampler"), device.interpreted),
     "torch": (lambda request: TorchSampler(), lambda: True),
 }
+# What a stream family changes (SPEC 3, 8): certification against the reference drawing that family
+# (Context.oracle), the stream's edge points, and the bit-for-bit equalities its noise must keep.
+FAMILY_PROPERTIES = frozenset({"certified_equivalence", "stream_edges", "chunked_equals_full", "output_invariants",
+                               "determinism"})
+FAMILY_ONLY = {"triton-murmur3"}  # gated samplers that run only FAMILY_PROPERTIES in the default run
+
+
+@pytest.fixture(scope="module")
+def triton_murmur3_sampler():
+    # the blocks of conftest's triton_sampler
+    return TritonSampler(block_v=256, streams="murmur3") if device.interpreted() else TritonSampler(streams="murmur3")
 
 
 def _shared(gated: str) -> bool:
@@ -41,7 +57,8 @@ def _cases():
             yield pytest.param(name, None, id=name)
             continue
         for gated in GATED:
-            long = prop.slow and _shared(gated)
+            long = prop.slow and _shared(gated) or (gated in FAMILY_ONLY and name not in FAMILY_PROPERTIES
+                                                    and not LONG_RUN)
             yield pytest.param(name, gated, id=f"{name}-{gated}", marks=[pytest.mark.long] if long else [])
 
 
@@ -87,3 +104,8 @@ def test_register_refuses_an_incomplete_or_wrong_record(change, says):
     with pytest.raises((TypeError, ValueError), match=says):
         register(args.pop("name"), args.pop("family"), **args)(_check)
     assert PROPERTIES == before
+
+
+def test_family_properties_are_registered():
+    """A renamed property would leave the murmur3 sampler's default run without it."""
+    assert FAMILY_PROPERTIES <= set(PROPERTIES)
