@@ -92,8 +92,8 @@ def edge_batch(draft_mode: str, edges: StreamEdges = TRITON_PHILOX.edges) -> Spe
           why_kept=("Zero and tiny uniforms occur 2 and ~130 times in 2**32 draws: no generated batch reaches them, "
                     "so the TINY clamp and the accurate log(1 - v) are guarded here alone."))
 def stream_edges(ctx, _drawn) -> None:
-    """At the stream family's edge points (a zero uniform, a tiny Gumbel uniform) every decision equals the
-    reference's."""
+    """At the stream family's edge points (a zero uniform, a tiny Gumbel uniform, a floored top noise uniform
+    where the family has one) every decision equals the reference's."""
     family, oracle = ctx.record.family, ctx.oracle
     if family.edges is None:
         raise PropertyFailure(f"stream family {family.name!r} names no edge points (StreamFamily.edges): the clamp "
