@@ -38,7 +38,7 @@ class Facts:
       every row, or None when no parameter is on; `p`: target probabilities (masked), `p_raw`:
       without the masks (the same array when none is on); `q`: draft probabilities or None.
     - `u`: the acceptance uniform of every row `[N]`; `family`: the stream family of `u` and of
-      the resampling noise (`noise`).
+      the resampling noise the labels read.
     - `block`: `BlockResult` of every request (`[R, K]`) for a block batch, else None;
       `u_steps`: `u` per request and step `[R, K]`; `tau`: per request `[R]` (block batches).
     """
@@ -57,11 +57,6 @@ class Facts:
     u_steps: np.ndarray | None = None
     tau: np.ndarray | None = None
     family: StreamFamily = STREAMS
-
-    def noise(self, r: int, j: int) -> np.ndarray:
-        """`G_x` of row `j` (request `r`) over `[0, V')` in `family` (float64 `[V']`)."""
-        seed = np.asarray(self.batch.seeds)[int(np.asarray(self.batch.idx_mapping)[r])]
-        return self.family.gumbel([seed], [np.asarray(self.batch.pos)[j]], self.v)[0]
 
     @property
     def param_masked(self) -> np.ndarray:
