@@ -56,7 +56,8 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from . import kernels
 from .launches import DRAFT_MODES, KERNELS, VOCAB_CLASSES, Launch, launches
-from .sampler import STREAMS, TORCH_DTYPES
+from .sampler import TORCH_DTYPES
+from .streams import STREAMS
 
 __all__ = ["ARCHS", "DRAFT_MODES", "KERNELS", "VOCAB_CLASSES", "WIDTHS", "CompileResult", "Launch", "compile_all",
            "gate_failures", "launches", "mixed_widths", "specialization", "table"]

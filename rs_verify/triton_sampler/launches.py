@@ -14,7 +14,8 @@ import torch
 
 from ..contract import methods
 from . import sampler
-from .sampler import DEFAULT_BLOCK_V, DEFAULT_STREAMS, STREAMS, TORCH_DTYPES, rejection_sample
+from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
+from .streams import DEFAULT_STREAMS, STREAMS
 
 KERNELS = ("row_stats_kernel", "mask_stats_kernel", "block_tau_kernel", "verify_kernel", "resample_kernel",
            "log_softmax_kernel")
@@ -92,7 +93,7 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
     - draft_modes: `model` (draft logits) and / or `one_hot` (no draft logits).
     - block_sizes: `block_v` values (powers of two >= 16).
     - vocab_classes: keys of `VOCAB_CLASSES`, for the target and (model drafts, at most V) the draft vocabulary.
-    - streams: stream families the sampler draws (`sampler.STREAMS`, SPEC 3): the constexpr `STREAM`
+    - streams: stream families the sampler draws (`streams.STREAMS`, SPEC 3): the constexpr `STREAM`
       of the kernels that draw noise; the default family's launches come first.
     """
     out = []

@@ -29,8 +29,7 @@ Kernel pipeline, per call (`rejection_sample`):
       `log p(d) > log u + log q(d)`; `u = max(rand(seed, pos), TINY)`;
       padded or out-of-range drafts rejected), then ONE Gumbel-max draw at
       row `t` (the first rejection, or the bonus row):
-      `argmax_x log r(x) + G_x` with `G_x` of the sampler's stream family (SPEC 3a:
-      `rand(randint(seed, pos), x)`; 3b: the MurmurHash3 of `(seed, pos, x)`),
+      `argmax_x log r(x) + G_x`, `G_x` the noise of the family `streams` (SPEC 3),
       `r = max(p - q, 0)` (model drafts, in the log domain; probabilities
       below the float64 range count as 0, as for the reference), `p` with
       `r(d) = 0` (one-hot) or `p` (padded draft, bonus, or a residual with no
@@ -46,17 +45,13 @@ Kernel pipeline, per call (`rejection_sample`):
       -inf), then top-k / ranks / the emitted
       token's logprob are derived in torch (`logprobs.row_logprobs`).
 
-The stream family (`streams`, SPEC 3: the families whose `StreamFamily.triton` helper the
-kernels hold, `STREAMS`) is the constexpr `STREAM` (that helper's name) of the two kernels that
-draw noise (`verify_kernel`, `resample_kernel`); the acceptance uniforms are Philox's in both.
-
 Every program reduces each of its rows (or requests) with a lane layout fixed by
 `BLOCK_V` alone, so results never depend on the batch size, the chunking,
 the request order, the other requests or `block_rows` (`BLOCK_R`: 1 on CUDA, 16 rows
 or requests per program through the interpreter, where a program's cost is its `tl`
 operations, not its lanes; `verify_kernel` keeps one request per program: its tiled
 form spilled registers at sm_80). Kernels are specialized on `BLOCK_V`,
-`HAS_DRAFT`, `STREAM`, the logits dtype and, by Triton's default, on the vocabulary sizes
+`HAS_DRAFT`, `STREAM` (the family's noise: streams.py), the logits dtype and, by Triton's default, on the vocabulary sizes
 `V` / `Vd` (equal to 1, divisible by 16) and `PROCESSED`; offsets, counts and the
 flags `MASKED` / `BLOCK` are `do_not_specialize` (a batch with parameters or block
 verification reuses the token-wise kernels' specializations; `mask_stats_kernel` and
@@ -75,13 +70,14 @@ import numpy as np
 import torch
 import triton
 
-from ..contract import methods, streams as stream_families
+from ..contract import methods
 from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
 from ..contract.validation import check_structure, validate as validate_batch
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
 from .shapes import check_shapes
+from .streams import DEFAULT_STREAMS, stream_family
 
 DEFAULT_BLOCK_V = 1024
 NUM_WARPS = 4
@@ -98,11 +94,6 @@ INTERPRETED_BLOCK_ROWS = 16
 INTERPRETED_MASK_ELEMS = 1024
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-# The `StreamFamily.triton` helpers the kernels hold (streams.py, murmur3.py): the values of their
-# constexpr STREAM; STREAMS, the registered families the sampler draws with them (SPEC 3).
-KERNEL_STREAMS = ("philox", "murmur3")
-STREAMS = tuple(f.name for f in stream_families.shipped() if f.triton in KERNEL_STREAMS)
-DEFAULT_STREAMS = "triton-philox"
 
 
 def default_device() -> str:
@@ -133,19 +124,6 @@ def _check_block_v(block_v) -> int:
     return _power_of_two("block_v", DEFAULT_BLOCK_V if block_v is None else block_v, 16)
 
 
-def stream_family(streams) -> stream_families.StreamFamily:
-    """The registered record of the stream family `streams` (a name, an alias such as "spec", or a
-    registered record) when the kernels draw it (`STREAMS`); `ValueError` otherwise."""
-    try:
-        record = stream_families.family(streams)
-    except KeyError:
-        record = None
-    if record is None or record.name not in STREAMS or not stream_families.registered(record):
-        raise ValueError(f"streams: the Triton sampler draws the stream families {list(STREAMS)} (SPEC 3, "
-                         f"by name or alias), not {streams!r}")
-    return record
-
-
 def rejection_sample(
     target_logits: torch.Tensor,
     draft_logits: torch.Tensor | None,
@@ -167,8 +145,7 @@ def rejection_sample(
     top_k: torch.Tensor | None = None,
     top_p: torch.Tensor | None = None,
     min_p: torch.Tensor | None = None,
-    verification: str = "token",
-    streams: str = DEFAULT_STREAMS,
+    verification: str = "token", streams: str = DEFAULT_STREAMS,
 ):
     """Verify a batch held in device tensors (SPEC sections 2-7); no validation.
 
@@ -183,8 +160,7 @@ def rejection_sample(
     filled with `max_buffer_rows` and `num_chunks`. `top_k` (int32 [S]), `top_p` and `min_p`
     (float32 [S]) are SPEC 2's sampling parameters (None: off for every state; pass None rather
     than an all-off tensor, which pays the masked path's scalar loads); `verification` is
-    "token" (SPEC 4) or "block" (SPEC 4b); `streams` the stream family of the resampling noise
-    (SPEC 3: "triton-philox" or "murmur3"; `STREAMS`).
+    "token" (SPEC 4) or "block" (SPEC 4b); `streams` the family of the noise (SPEC 3; `streams.STREAMS`).
 
     Returns `(sampled int64 [R, K+1], num_sampled int32 [R], logprobs)` on the
     device, with `logprobs = (token_ids int64 [N, k+1], logprobs float32
@@ -351,8 +327,7 @@ class TritonSampler:
       INTERPRETED_BLOCK_ROWS through the interpreter).
     - validate: run `rs_verify.contract.validation.validate` before any device work.
     - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
-    - streams: the stream family (SPEC 3) of the resampling noise, "triton-philox" (3a, the
-      default; alias "spec") or "murmur3" (3b); the instance declares it (`self.streams`).
+    - streams: the noise's stream family, declared as `self.streams`: "triton-philox" or "murmur3" (SPEC 3).
 
     Reports `extras["max_buffer_rows"]` (rows of the FP32 processed-logits buffer
     allocated, 0 without logprobs) and `extras["num_chunks"]`.
@@ -425,8 +400,7 @@ class TritonSampler:
             block_rows=self.block_rows,
             cu_num_logits_host=np.asarray(batch.cu_num_logits),
             info=info,
-            verification=batch.verification,
-            streams=self.streams,
+            verification=batch.verification, streams=self.streams,
             **params,
         )
         logprobs = None

@@ -1,7 +1,10 @@
 """The Triton sampler's random streams (SPEC section 3): one home for each family's kernel code.
 
-A family the sampler offers has its helpers here, named by its record's `StreamFamily.triton`
-(`rs_verify.contract.streams`): `triton-philox` (SPEC 3a) is `philox`:
+A family the sampler offers has its helpers here or in a module of its own, named by its record's
+`StreamFamily.triton` (`rs_verify.contract.streams`), and is listed in `KERNEL_STREAMS`: the
+kernels that draw noise take that name as their constexpr `STREAM`; `stream_family` checks a
+sampler's `streams` against `STREAMS`, the registered families so offered. `murmur3` (SPEC 3b)
+is murmur3.py's `murmur3_noise`; `triton-philox` (SPEC 3a) is `philox`:
 
 - `philox_acceptance(seed, pos)`: `u = max(rand(seed, pos), TINY)`, float32;
 - `philox_resample_seed(seed, pos)`: `g = randint(seed, pos)`, the uint32 block `tl.randint`
@@ -19,6 +22,8 @@ The mutants of mutants/catalogue.py patch this file's text by exact match: keep 
 
 import triton
 import triton.language as tl
+
+from ..contract import streams as stream_families
 
 TINY = tl.constexpr(4.6566127342e-10)  # SPEC 3's floor of every uniform
 SCALE = tl.constexpr(4.6566127342e-10)  # Triton's int32 -> uniform scale (tl.uint_to_uniform_float)
@@ -45,3 +50,24 @@ def philox_gumbel(g, x):
     w1 = 1.0 - v
     log1m_v = tl.where(w1 == 1.0, -v, tl.log(w1) * (-v) / tl.where(w1 == 1.0, -1.0, w1 - 1.0))
     return -tl.log(-log1m_v)
+
+
+# -- which family the kernels draw (a constexpr of theirs), host side --------------------------
+# The `StreamFamily.triton` helpers the kernels hold (streams.py, murmur3.py): the values of their
+# constexpr STREAM; STREAMS, the registered families the sampler draws with them (SPEC 3).
+KERNEL_STREAMS = ("philox", "murmur3")
+STREAMS = tuple(f.name for f in stream_families.shipped() if f.triton in KERNEL_STREAMS)
+DEFAULT_STREAMS = "triton-philox"
+
+
+def stream_family(streams) -> stream_families.StreamFamily:
+    """The registered record of the stream family `streams` (a name, an alias such as "spec", or a
+    registered record) when the kernels draw it (`STREAMS`); `ValueError` otherwise."""
+    try:
+        record = stream_families.family(streams)
+    except KeyError:
+        record = None
+    if record is None or record.name not in STREAMS or not stream_families.registered(record):
+        raise ValueError(f"streams: the Triton sampler draws the stream families {list(STREAMS)} (SPEC 3, "
+                         f"by name or alias), not {streams!r}")
+    return record
