@@ -16,7 +16,7 @@ noise.
 
 import pytest
 
-from conftest import LONG_RUN, budget
+from conftest import LONG_RUN, SHARE, budget
 from examples.torch_sampler import TorchSampler
 from rs_verify.engine.runner import pytest_run
 from rs_verify.harness import device
@@ -24,7 +24,11 @@ from rs_verify.properties import PROPERTIES
 from rs_verify.properties.registry import register
 from rs_verify.triton_sampler import TritonSampler
 
-MIN_DECISIONS = 100  # a run that counts stochastic decisions compares at least this many
+# A run that counts stochastic decisions compares at least this many at the profile's whole budget,
+# and SHARE of it where a sampler runs at a share of the examples (12). The counts of the default
+# run's drawn batches move with any change of the project's source (Hypothesis draws literals from
+# it): at an eighth, 40 to 93 were seen, so a floor of 100 there failed by the draw, not the sampler.
+MIN_DECISIONS = 100
 
 
 # The gated samplers: how a test gets one, and whether it runs at a share in the default run.
@@ -70,7 +74,8 @@ def test_property(name, gated, request):
     decisions = outcome.stats.get("stochastic_decisions")
     if decisions is not None:
         # SPEC 8 over the whole run: a real count compared, and the excused near-ties within its cap.
-        assert decisions >= MIN_DECISIONS, f"{name}: only {decisions} stochastic decisions compared"
+        floor = MIN_DECISIONS * (SHARE if _shared(gated) else 1)
+        assert decisions >= floor, f"{name}: only {decisions} stochastic decisions compared (floor {floor:g})"
         assert outcome.excused <= max(2, 0.01 * decisions), f"{outcome.excused} excused of {decisions}"
 
 
