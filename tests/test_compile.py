@@ -8,10 +8,12 @@ The default run compiles one specialization per kernel for sm_80, the one most l
 the gate (`WORST_CASE`: 7 compiles, one child process per kernel); the long run
 (`RS_VERIFY_FULL=1`) compiles every specialization of all three dtypes for sm_80 and checks that
 each pick still holds its kernel's most registers, runs `rs-verify compile` for sm_80, sm_90 and
-sm_100 (414, about 440 s of CPU cold) and the mixed widths (one scalar int64 among int32 ones:
-42 more for sm_90, 74 s). Compile errors do not depend on the arch (the frontend
-rejects the code, as with the int64 loop carry below); register counts differ a little between
-archs (verify_kernel: 162 at sm_80, 137 at sm_100), so sm_80, the highest, is the one to gate on.
+sm_100 (558, 186 per arch with both stream families; 414 with triton-philox alone took about
+440 s of CPU cold; the sm_80 grid and its check, 243 s of wall on a loaded 2-core machine) and
+the mixed widths (one scalar int64 among int32 ones: 42 more for sm_90, 74 s). Compile errors do
+not depend on the arch (the frontend rejects the code, as with the int64 loop carry below);
+register counts differ a little between archs (triton-philox's verify_kernel: 162 at sm_80, 137
+at sm_100), so sm_80, the highest, is the one to gate on.
 The compile tests are marked `slow`: deselect them with `-m "not slow"`.
 """
 
