@@ -113,10 +113,12 @@ def test_declared_family_is_the_one_certified():
 
 
 def test_triton_helpers_of_each_shipped_family():
-    """`StreamFamily.triton` names the Triton sampler's helpers of the family (one home: streams.py)."""
-    from rs_verify.triton_sampler import streams as kernels_streams
+    """`StreamFamily.triton` names a noise the Triton sampler's kernels draw (their constexpr STREAM,
+    listed in triton_sampler/streams.py): a shipped family that has one is a family the sampler offers."""
+    from rs_verify.triton_sampler import TritonSampler, streams as kernels_streams
 
-    for fam in streams.shipped():
-        if fam.triton is not None:
-            for part in ("acceptance", "resample_seed", "gumbel"):
-                assert hasattr(kernels_streams, f"{fam.triton}_{part}"), (fam.name, part)
+    offered = [fam for fam in streams.shipped() if fam.triton is not None]
+    assert {fam.triton for fam in offered} == set(kernels_streams.KERNEL_STREAMS)
+    for fam in offered:
+        assert kernels_streams.stream_family(fam.name) is fam
+        assert TritonSampler(streams=fam.name).streams == fam.name
