@@ -9,8 +9,13 @@ uint32 products and sums wrap modulo `2**32`, as the hash needs, compiled and in
 The acceptance uniform of the family is Triton Philox's (SPEC 3a), drawn by the callers.
 """
 
+import numpy as np
+import torch
 import triton
 import triton.language as tl
+
+from ..contract import murmur3 as contract
+from ..harness import device
 
 C1 = tl.constexpr(0xCC9E2D51)
 C2 = tl.constexpr(0x1B873593)
@@ -108,12 +113,7 @@ def probe_kernel(seed_ptr, pos_ptr, hash_ptr, uniform_ptr, noise_ptr, tok0, n_to
 
 def triton_hash_and_noise(seeds, pos, tok0: int, n_tok: int):
     """`(hash uint32, uniform float32, noise float32)` `[rows, n_tok]` from `probe_kernel`."""
-    import numpy as np
-    import torch
-
-    from .sampler import default_device
-
-    dev = default_device()
+    dev = "cpu" if device.interpreted() else "cuda"  # the suite's one backend choice, made on import
     s = torch.from_numpy(np.ascontiguousarray(seeds, np.int64)).to(dev)
     p = torch.from_numpy(np.ascontiguousarray(pos, np.int64)).to(dev)
     rows = s.shape[0]
@@ -130,10 +130,6 @@ def check_matches_contract(seeds, offsets_dtype, offsets) -> None:
     contract's (`rs_verify.contract.murmur3`) bit for bit, and its float32 noise the contract's
     float64 noise within `NOISE_RTOL`, for rows `(seeds, offsets as positions)` and the tokens of
     `CHECK_TOKENS`; `AssertionError` naming the first mismatch."""
-    import numpy as np
-
-    from ..contract import murmur3 as contract
-
     seeds, pos = np.broadcast_arrays(np.asarray(seeds, np.int64), np.asarray(offsets).astype(np.int64))
     seeds, pos = seeds.reshape(-1), pos.reshape(-1)
     for a, b in zip(CHECK_TOKENS[::2], CHECK_TOKENS[1::2]):
