@@ -23,7 +23,9 @@ tilts below are content draws too (each in `*_SHARE` of the block batches):
   mostly a draft elsewhere, so `tau = i` and the residual is empty. One-hot drafts: the target
   rows up to `i` saturated on their drafts.
 - `zero_zero`: one or two model-draft steps whose draft has `p(d) = q(d) = 0`: the prefix ratio
-  is 0, not NaN (a NaN-unsafe `min` gives 1 and accepts a token the target excludes).
+  is 0, not NaN (a NaN-unsafe `min` gives 1 and accepts a token the target excludes); both
+  logits `-inf` half the time when `-inf` logits are allowed, in masked batches or not (a
+  log-domain ratio is NaN only then).
 - drafts of largest `p / q` before a padded step (padding is mid-block in block batches), so the
   token at the padded step is resampled from p (`tau = m < n`); greedy requests beside
   stochastic ones (`greedy_mix`: greedy requests verify token by token).
@@ -138,8 +140,12 @@ def _zero_zero(rng, c: Contents) -> None:
         target, draft = c.target[j, : c.v], c.draft[int(c.idx[r]), i, : c.v]
         if not (np.isfinite(np.delete(target, d)).any() and np.isfinite(np.delete(draft, d)).any()):
             continue
-        c.put(j, d, c.zero_logit(rng, r, np.delete(target, d)))
-        c.put_draft(r, i, d, c.zero_logit(rng, r, np.delete(draft, d)))
+        # Both -inf together half the time (when -inf logits are allowed, masked batch or not: a drafter's
+        # top-k leaves -inf draft logits): only then is a log-domain ratio log p - log q NaN
+        # (-inf - -inf); finite gaps give p = q = 0 in float64 alone.
+        both = c.inf_allowed and rng.random() < 0.5
+        c.put(j, d, -np.inf if both else c.zero_logit(rng, r, np.delete(target, d)))
+        c.put_draft(r, i, d, -np.inf if both else c.zero_logit(rng, r, np.delete(draft, d)))
         c.protected.add(j)
 
 

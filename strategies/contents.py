@@ -46,9 +46,10 @@ class Contents:
     bounds: list
     seeds: np.ndarray
     pos: np.ndarray
-    masked: bool  # -inf logits allowed
+    masked: bool  # a masked batch: -inf logits drawn across its rows
     stochastic: list  # stochastic requests that verify drafts
     block_mode: bool = False  # a block batch (SPEC 4b)
+    inf_allowed: bool = False  # -inf logits allowed at all (the masks knob): a tilt may plant one
     params: dict = field(default_factory=dict)
     protected: set = field(default_factory=set)
     designated: int | None = None  # a block batch's request kept for a rescue or a partial block

@@ -334,7 +334,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     if params_on or verification == BLOCK.name:
         c = Contents(target=target, draft=draft, draft_ids=draft_ids, cu=cu, idx=idx, temps=temps, n_r=n_r, v=v_eff,
                      dtype=dtype, bounds=bounds, seeds=seeds_arr, pos=pos, masked=masked, stochastic=stochastic,
-                     block_mode=verification == BLOCK.name, family=cfg["family"])
+                     block_mode=verification == BLOCK.name, family=cfg["family"], inf_allowed=cfg["masks"])
         if params_on:
             plant_params(rng, c, cfg["sampling_params"], V, mode)
         if verification == BLOCK.name:
