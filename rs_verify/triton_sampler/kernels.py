@@ -36,9 +36,8 @@ from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
-# Residual tokens need log p(x) above this: a probability below the float64 range
-# (~1e-323) is zero for the float64 reference, so a residual whose whole mass
-# lies there falls back to p, as the reference's does (see _resample).
+# Residual tokens need log p(x) above this: a probability below the float64 range (~1e-323) is zero
+# for the float64 reference, so a residual whose whole mass lies there falls back to p (see _resample).
 LOG_P_MIN = tl.constexpr(-744.0)
 # Draft steps verified together by one program (a fixed vector width, not K).
 STEP_BLOCK = tl.constexpr(16)
