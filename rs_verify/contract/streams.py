@@ -9,9 +9,11 @@ holds everything the suite needs of it:
 - `acceptance(seeds, pos)`: float32 `[n]`, `u` of rows keyed by int64 seeds and positions,
   the floor already applied; `noise(seeds, pos, vocab, out=None)`: float64 `[n, vocab]`, `G_x`
   of those rows for tokens `0 .. vocab - 1` (written into `out` when given);
-- `keyed_by`: `"seed_pos"` (the functions above). `"batch"` is reserved for SPEC 3c's explicit
-  noise, whose functions take the batch and global row / request indices instead; no shipped
-  family uses it yet, and the constructor refuses it until the reference reads such a family;
+- `keyed_by`: `"seed_pos"` (the functions above) or `"batch"` (SPEC 3c's explicit noise): then
+  `acceptance(batch, rows)` gives float64 `u` of global rows and `noise(batch, reqs, vocab,
+  out=None)` float64 `G_x` of global requests, read from the batch's noise fields, and
+  `fill(batch)` returns the batch with the fields it lacks drawn (deterministically); `at_rows`
+  and `at_requests` read either kind for the reference;
 - `floor`: the smallest acceptance uniform (`TINY`), and `edges`: the stream points random
   draws never reach that the strategies and the edge properties plant (`StreamEdges`);
 - `triton`: what a Triton kernel needs to reproduce the family, the name of the helper the
@@ -38,11 +40,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .batch import SpecBatch
+
 __all__ = ["FAMILIES", "KEYED_BY", "OWN", "SHIPPED", "StreamEdges", "StreamFamily", "family", "family_path",
            "register", "registered", "resolve_path", "shipped"]
 
 #: The contract modules of the shipped families (`rs_verify.contract.<name>`), imported with this module.
-SHIPPED = ("triton_philox", "murmur3")
+SHIPPED = ("triton_philox", "murmur3", "explicit")
 
 OWN = "own"  # a sampler with its own generator: nothing to certify (SPEC section 10)
 KEYED_BY = ("seed_pos", "batch")
@@ -84,6 +88,7 @@ class StreamFamily:
     edges: StreamEdges | None = None
     triton: str | None = None
     triton_check: str | Callable | None = None
+    fill: Callable | None = None  # keyed_by "batch": the batch with its missing noise fields drawn
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -96,12 +101,15 @@ class StreamFamily:
             raise ValueError(f"{who}: aliases {self.aliases} may name neither {OWN!r} nor the family itself")
         if not isinstance(self.section, str) or not self.section.startswith("3"):
             raise ValueError(f"{who}: section must name the family's SPEC section ('3a', ...), not {self.section!r}")
-        if self.keyed_by != "seed_pos":
-            raise ValueError(f"{who}: keyed_by must be one of {list(KEYED_BY)}; 'batch' (SPEC 3c) is not read by "
-                             "the reference yet")
+        if self.keyed_by not in KEYED_BY:
+            raise ValueError(f"{who}: keyed_by must be one of {list(KEYED_BY)}, not {self.keyed_by!r}")
+        if (self.keyed_by == "batch") != callable(self.fill):
+            raise ValueError(f"{who}: keyed_by {self.keyed_by!r}: a family keyed by the batch (SPEC 3c) and only "
+                             "such a family has fill(batch), the batch with its missing noise fields drawn")
+        keys = "seeds, pos" if self.keyed_by == "seed_pos" else "batch, rows or requests"
         for what in ("acceptance", "noise"):
             if not callable(getattr(self, what)):
-                raise ValueError(f"{who}: {what} must be a function of (seeds, pos{', vocab' * (what == 'noise')})")
+                raise ValueError(f"{who}: {what} must be a function of ({keys}{', vocab' * (what == 'noise')})")
         tc = self.triton_check
         if tc is not None and not callable(tc) and not (isinstance(tc, str) and tc.count(":") == 1):
             raise ValueError(f"{who}: triton_check must be a callable or a 'module:function' path, not {tc!r}")
@@ -111,6 +119,8 @@ class StreamFamily:
         """The functions answer in the documented shapes and dtypes, and the edges are edges (a change
         of the functions would make the edge campaigns vacuous); `ValueError` otherwise."""
         who = f"stream family {self.name!r}"
+        if self.keyed_by == "batch":
+            return self._check_batch_keyed(who)
         seeds, pos = np.array([0, -1, 2**62], np.int64), np.array([0, 7, 2**40], np.int64)
         u = np.asarray(self.acceptance(seeds, pos))
         if u.shape != (3,) or u.dtype != np.float32 or not ((u > 0) & (u <= 1)).all():
@@ -139,6 +149,48 @@ class StreamFamily:
                 raise ValueError(f"{who}: edges.top_noise {self.edges.top_noise} gives G = {gx!r}, not the "
                                  f"floored top of the noise (G = {TOP_NOISE_G:.4f}): rescan the edge values")
 
+    def _check_batch_keyed(self, who: str) -> None:
+        """A family keyed by the batch reads the batch's fields and fills a batch without them (SPEC 3c)."""
+        base = SpecBatch(target_logits=np.zeros((3, 5), np.float32), draft_logits=None,
+                         draft_token_ids=np.array([0, 1, 0], np.int64), cu_num_logits=np.array([0, 2, 3], np.int32),
+                         pos=np.array([0, 7, 2**40], np.int64), idx_mapping=np.array([1, 0], np.int32),
+                         temperature=np.ones(2, np.float32), seeds=np.array([-1, 2**62], np.int64),
+                         num_speculative_steps=1)
+        full = self.fill(base)
+        if not isinstance(full, SpecBatch) or len(full.noise_carried()) != 3:
+            raise ValueError(f"{who}: fill(batch) must give the batch with all three noise fields (SPEC 3c)")
+        rows, reqs = np.arange(3), np.arange(2)
+        for batch in (base, full):
+            u = np.asarray(self.acceptance(batch, rows))
+            g = np.asarray(self.noise(batch, reqs, 5, out=np.empty((2, 5), np.float64)))
+            if u.shape != (3,) or u.dtype != np.float64 or not ((u > 0) & (u < 1)).all():
+                raise ValueError(f"{who}: acceptance(batch, rows) must give float64 uniforms in (0, 1), one per "
+                                 f"row; got {u.dtype} {u.shape}")
+            if g.shape != (2, 5) or g.dtype != np.float64 or not np.isfinite(g).all():
+                raise ValueError(f"{who}: noise(batch, reqs, vocab, out=None) must give finite float64 "
+                                 f"[requests, vocab]; got {g.dtype} {g.shape}")
+        if not (np.array_equal(self.acceptance(base, rows), full.accept_uniforms)
+                and np.array_equal(self.noise(base, reqs, 5), full.resample_gumbel)):
+            raise ValueError(f"{who}: a batch without noise must read as the noise fill(batch) draws for it")
+
+    def at_rows(self, batch, rows, seeds, pos) -> np.ndarray:
+        """`u` of the given global rows of `batch`, whose seeds and positions are given (either kind)."""
+        if self.keyed_by == "batch":
+            return self.acceptance(batch, np.asarray(rows, np.int64).reshape(-1))
+        return self.uniforms(seeds, pos)
+
+    def at_requests(self, batch, reqs, seeds, pos, vocab: int, out: np.ndarray | None = None) -> np.ndarray:
+        """`G_x` of the token that global requests `reqs` sample at rows with the given seeds and
+        positions (either kind: a batch-keyed family's noise is the request's, wherever it samples)."""
+        if self.keyed_by == "batch":
+            return self.noise(batch, np.asarray(reqs, np.int64).reshape(-1), int(vocab), out=out)
+        return self.gumbel(seeds, pos, vocab, out=out)
+
+    def _keyed_by_seed_pos(self, what: str) -> None:
+        if self.keyed_by != "seed_pos":
+            raise TypeError(f"stream family {self.name!r} is keyed by the batch (SPEC 3c): {what}(seeds, pos) has no "
+                            "meaning; read it with at_rows / at_requests")
+
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
@@ -147,11 +199,13 @@ class StreamFamily:
         return f"{self.name} (SPEC section {self.section})"
 
     def uniforms(self, seeds, pos) -> np.ndarray:
-        """`acceptance` with its arguments as int64 arrays."""
+        """`acceptance` with its arguments as int64 arrays (a family keyed by (seed, pos))."""
+        self._keyed_by_seed_pos("uniforms")
         return self.acceptance(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1))
 
     def gumbel(self, seeds, pos, vocab: int, out: np.ndarray | None = None) -> np.ndarray:
-        """`noise` with its arguments as int64 arrays: float64 `[n, vocab]`."""
+        """`noise` with its arguments as int64 arrays: float64 `[n, vocab]` (a family keyed by (seed, pos))."""
+        self._keyed_by_seed_pos("gumbel")
         return self.noise(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1),
                           int(vocab), out=out)
 

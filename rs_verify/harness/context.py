@@ -50,14 +50,17 @@ class Context:
 
 
 def certifying_reference(reference, record: SamplerRecord | None):
-    """`reference` bound to `record`'s stream family: its `with_streams(family)` when it offers one,
-    else itself when it declares that family, else None."""
+    """`reference` bound to `record`'s stream family (and, for an explicit sampler, its `resample`,
+    SPEC 4): its `with_streams(family[, resample])` when it offers one, else itself when it declares
+    the same, else None."""
     if reference is None or record is None or record.family is None:
         return None
+    resample = {} if record.resample == "gumbel" else {"resample": record.resample}
     bind = getattr(reference, "with_streams", None)
     if callable(bind):
-        return bind(record.family)
-    return reference if record_of(reference).family is record.family else None
+        return bind(record.family, **resample)
+    own = record_of(reference)
+    return reference if own.family is record.family and own.resample == record.resample else None
 
 
 def capabilities(ctx: Context) -> set[str]:
@@ -76,6 +79,8 @@ def capabilities(ctx: Context) -> set[str]:
         caps.add("chunking")
     if ctx.oracle is not None:
         caps.add("certifiable_streams")
+        if rec.family.keyed_by == "seed_pos":
+            caps.add("seeded_streams")
     if rec.memory_stats:
         caps.add("memory_stats")
     if rec.has_unvalidated:

@@ -8,7 +8,8 @@ sampler lives and sends exactly `SamplerRecord.to_dict()`; the parent rebuilds i
 
 Declarations (defaults in brackets): `name` [the class name], `streams` ["own"; a stream
 family: a registered name, `"spec"` (read as `"triton-philox"`), a `module:attribute` path of a
-`StreamFamily` record, or the record itself (SPEC 3d)],
+`StreamFamily` record, or the record itself (SPEC 3d)], `resample` ["gumbel"; or "inverse_cdf":
+how a sampler of the `explicit` family resamples (SPEC 4 and 10), meaningless for another],
 `supports_chunking` [False], `supports_logprobs` [True], `draft_modes` [{"model", "one_hot"}],
 `logits_dtypes` [all three], `min_spec_steps` [0], `verification_methods` [{"token"}],
 `sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field, fields
 from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 from ..contract import methods
 from ..contract import streams as stream_families
+from ..contract.explicit import RESAMPLE
 from . import device
 
 TRITON_PHILOX_NAME = "triton-philox"  # the batch strategies' default stream family
@@ -47,6 +49,7 @@ class SamplerRecord:
     loaded_as: str | None = None  # how to load it again (`module:attribute` or a built-in name)
     # "own", a registered family's name, or a StreamFamily record the suite does not ship (SPEC 3d)
     streams: str | stream_families.StreamFamily = stream_families.OWN
+    resample: str = RESAMPLE[0]  # "gumbel" or "inverse_cdf" (a family keyed by the batch only, SPEC 4)
     supports_chunking: bool = False
     supports_logprobs: bool = True
     draft_modes: frozenset = frozenset(DRAFT_MODES)
@@ -79,6 +82,12 @@ class SamplerRecord:
                                    f"{base.name!r} (SPEC section {base.section}: "
                                    f"{', '.join(m.label for m in methods.OFFERED)} is offered besides it)")
         object.__setattr__(self, "streams", _stream_declaration(who, self.streams))
+        if self.resample not in RESAMPLE:
+            raise DeclarationError(f"{who}: resample must be one of {list(RESAMPLE)}, not {self.resample!r}")
+        fam = self.family
+        if self.resample != RESAMPLE[0] and (fam is None or fam.keyed_by != "batch"):
+            raise DeclarationError(f"{who}: resample {self.resample!r} needs the explicit stream family (SPEC 3c: the "
+                                   f"batch's resample_uniforms), not streams {self.streams!r}")
         k = self.min_spec_steps
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
@@ -110,7 +119,8 @@ class SamplerRecord:
         if self.min_spec_steps:
             kw["min_spec_steps"] = self.min_spec_steps
         fam = self.family
-        if fam is not None and fam.name != TRITON_PHILOX_NAME:  # the strategies' default family
+        if fam is not None and fam.name != TRITON_PHILOX_NAME and fam.keyed_by == "seed_pos":
+            # (the strategies' default family; a batch-keyed family's noise is filled at the call)
             # The tilts aim at the family's uniforms, the labels read its noise, its edges are planted.
             kw["streams"] = fam.name if stream_families.registered(fam) else fam
         return kw
@@ -248,6 +258,7 @@ def record_of(sampler) -> SamplerRecord:
         name=name,
         loaded_as=loaded_as if isinstance(loaded_as, str) else None,
         streams=_declared(sampler, "streams", "own"),
+        resample=_declared(sampler, "resample", RESAMPLE[0]),
         supports_chunking=bool(_declared(sampler, "supports_chunking", False)),
         supports_logprobs=bool(_declared(sampler, "supports_logprobs", True)),
         draft_modes=_declared(sampler, "draft_modes", frozenset(DRAFT_MODES)),

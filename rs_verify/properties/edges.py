@@ -88,7 +88,7 @@ def edge_batch(draft_mode: str, edges: StreamEdges = TRITON_PHILOX.edges) -> Spe
     )
 
 
-@register("stream_edges", "edges", needs=("certifiable_streams", "reference"), cost=50,
+@register("stream_edges", "edges", needs=("certifiable_streams", "seeded_streams", "reference"), cost=50,
           why_kept=("Zero and tiny uniforms occur 2 and ~130 times in 2**32 draws: no generated batch reaches them, "
                     "so the TINY clamp and the accurate log(1 - v) are guarded here alone."))
 def stream_edges(ctx, _drawn) -> None:

@@ -26,6 +26,8 @@ NEEDS = {
     "certifiable_streams": "the sampler declares no stream family the reference draws (streams = 'own', or a family "
                            "the given reference cannot reproduce; SPEC sections 3 and 10): certification needs the "
                            "sampler's random numbers",
+    "seeded_streams": "the sampler's stream family is keyed by the batch (explicit noise, SPEC 3c): there are no "
+                      "seeds and positions whose draws are edges; the batch itself carries its edge values",
     "reference": "no reference sampler was given",
     "cuda": "CUDA is not available",
     "triton": "needs the Triton interpreter or a CUDA device",
