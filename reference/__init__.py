@@ -12,6 +12,7 @@ Modules, by what they hold:
 - `masks`: the sampling-parameter masks of a slab and their near-tie decisions (section 2);
 - `block`: block verification of a slab's stochastic requests (section 4b);
 - `slab`: verification of a slab of whole requests, vectorized (section 4);
+- `inverse_cdf`: inverse-CDF resampling of the explicit family and its boundary margins (sections 4, 8);
 - `logprobs`: top-k logprobs and ranks (section 6);
 - `trace`: decisions with margins and tolerance scales (section 8);
 - `sampler`: `ReferenceSampler`, the protocol of section 10.

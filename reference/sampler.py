@@ -14,6 +14,7 @@ import numpy as np
 from rs_verify.contract import methods
 from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
+from rs_verify.contract.explicit import RESAMPLE
 from rs_verify.contract.masks import state_params
 from rs_verify.contract.streams import StreamFamily, family as family_of, registered
 from rs_verify.contract.triton_philox import TRITON_PHILOX
@@ -39,6 +40,10 @@ class ReferenceSampler:
       of at most `max(1, slab_elems // V)` rows are verified one at a time.
     - `streams`: the stream family whose random numbers it draws (a registered name or a
       `StreamFamily` record, SPEC section 3); `with_streams` gives a copy drawing another's.
+      With `explicit` (SPEC 3c) it reads the batch's noise fields, and a field the batch lacks
+      as the family's deterministic draw (`rs_verify.contract.explicit`: what the suite fills
+      in for the sampler under test).
+    - `resample`: `"gumbel"` or, with a family keyed by the batch, `"inverse_cdf"` (SPEC 4).
     """
 
     name = "reference"
@@ -48,22 +53,28 @@ class ReferenceSampler:
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS,
-                 streams: StreamFamily | str = TRITON_PHILOX):
+                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = RESAMPLE[0]):
         self.validate = bool(validate)
         self.slab_elems = int(slab_elems)
         self.family = family_of(streams)
+        if resample not in RESAMPLE or (resample != RESAMPLE[0] and self.family.keyed_by != "batch"):
+            raise ValueError(f"resample must be one of {list(RESAMPLE)}, and {resample!r} needs a family keyed by "
+                             f"the batch (SPEC 3c), not {self.family.name!r}")
+        self.resample = resample
         # The declaration (SPEC section 10): a shipped family by name, another as its record.
         self.streams = self.family.name if registered(self.family) else self.family
 
     def __repr__(self) -> str:
         extra = "" if self.family is TRITON_PHILOX else f", streams={self.family.name!r}"
+        extra += "" if self.resample == RESAMPLE[0] else f", resample={self.resample!r}"
         return f"ReferenceSampler(validate={self.validate}{extra})"
 
-    def with_streams(self, streams: StreamFamily | str) -> "ReferenceSampler":
-        """This reference drawing the random numbers of `streams` instead (itself when they are its own)."""
-        if family_of(streams) is self.family:
+    def with_streams(self, streams: StreamFamily | str, resample: str = RESAMPLE[0]) -> "ReferenceSampler":
+        """This reference drawing the random numbers of `streams` instead, resampling as `resample`
+        (itself when both are its own)."""
+        if family_of(streams) is self.family and resample == self.resample:
             return self
-        return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams)
+        return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams, resample=resample)
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         """Verify `batch` (SPEC sections 4-6); `max_chunk_logits` None: the whole batch at once."""
@@ -72,7 +83,7 @@ class ReferenceSampler:
             return self._verify(batch, trace=False)[0]
         return verify_chunked(batch, lambda b: self._verify(b, trace=False)[0], max_chunk_logits)
 
-    def verify_with_trace(self, batch: SpecBatch, *, flips=None) -> tuple[SamplerOutput, list[RequestTrace]]:
+    def verify_with_trace(self, batch: SpecBatch, *, flips=None, decided=None) -> tuple[SamplerOutput, list[RequestTrace]]:
         """The output and one `RequestTrace` per request, with every decision's margin and
         tolerance scale (SPEC section 8; see `reference.trace.Decision`).
 
@@ -81,11 +92,18 @@ class ReferenceSampler:
         those near-ties the other way. Rows must have a mask (a stochastic state with a parameter
         on) and keep a finite logit; tokens lie in `[0, V')` (`ValueError` otherwise). The trace's
         mask decisions stay the reference's own; everything downstream sees the flipped masks.
+
+        `decided`: `{row j: accepted}`, acceptance tests of token-wise stochastic draft rows taken
+        as given: SPEC 4 leaves the test of a draft with `q(d) = 0` (or below `2**-126`) free, and
+        the token emitted after either choice is certified (`Decision.what == "q_zero"`).
         """
         (validate_batch if self.validate else check_structure)(batch)
-        return self._verify(batch, trace=True, flips=check_flips(batch, flips))
+        decided = {int(j): bool(a) for j, a in (decided or {}).items()}
+        if any(not 0 <= j < batch.num_logits for j in decided):
+            raise ValueError(f"decided: rows {sorted(decided)} outside [0, {batch.num_logits})")
+        return self._verify(batch, trace=True, flips=check_flips(batch, flips), decided=decided)
 
-    def _verify(self, batch: SpecBatch, trace: bool, flips=None):
+    def _verify(self, batch: SpecBatch, trace: bool, flips=None, decided=None):
         if batch.num_reqs == 0:
             return empty_output(batch), []
         cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
@@ -93,11 +111,11 @@ class ReferenceSampler:
         k1 = batch.num_speculative_steps + 1
         sampled = np.empty((batch.num_reqs, k1), dtype=np.int64)
         num = np.empty(batch.num_reqs, dtype=np.int32)
-        shared = BatchArrays(batch, self.family)
+        shared = BatchArrays(batch, self.family, self.resample)
         lp_parts, traces = [], []
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ra, rb in iter_request_chunks(cu, rows_cap):
-                s_sampled, s_num, s_lp, s_traces = verify_slab(Slab(shared, cu, ra, rb, trace, flips))
+                s_sampled, s_num, s_lp, s_traces = verify_slab(Slab(shared, cu, ra, rb, trace, flips, decided))
                 sampled[ra:rb] = s_sampled
                 num[ra:rb] = s_num
                 lp_parts.append(s_lp)
@@ -111,11 +129,13 @@ class ReferenceSampler:
 class BatchArrays:
     """The batch's arrays as the slabs read them (draft logits flattened to `[S * K, Vd]` once);
     `params`: the sampling parameters per state, None when none is on (SPEC section 2); `block`:
-    stochastic requests verify as a block (section 4b); `family`: the stream family (section 3)."""
+    stochastic requests verify as a block (section 4b); `family`: the stream family (section 3);
+    `resample`: `"gumbel"` or `"inverse_cdf"` (section 4)."""
 
-    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX):
+    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = RESAMPLE[0]):
         self.batch = batch
         self.family = family
+        self.resample = resample
         self.k = batch.num_speculative_steps
         self.v = batch.vocab_size
         self.vp = batch.effective_vocab_size

@@ -7,7 +7,9 @@
 3. each request's first rejection `t_r` by a segmented minimum; with block
    verification, stochastic requests take `tau` from `reference.block` instead;
 4. one resample/bonus pass: one row of `V'` Gumbel noises per request,
-   `argmax_x (log r(x) + G_x)`, `G` from the sampler's stream family (a block residual: `max(P_{tau-1} p - q, 0)`).
+   `argmax_x (log r(x) + G_x)`, `G` from the sampler's stream family (a block residual: `max(P_{tau-1} p - q, 0)`);
+   a sampler of the explicit family that resamples by inverse CDF (SPEC 4) instead takes the smallest
+   `x` with `r(x) > 0` and `S_x > U S` (`reference.inverse_cdf`).
 
 Residual scores use the unnormalized `log max(p - q, 0)`: a per-row constant
 changes no argmax and no gap. The big temporaries are `Scratch` arrays (reused
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from rs_verify.contract.explicit import resample_uniforms
 from rs_verify.contract.scratch import Scratch
 
+from . import inverse_cdf
 from .block import block_decisions, verify_block
 from .logits import divide, row_layout, softmax_parts
 from .logprobs import slab_logprobs
@@ -27,6 +31,10 @@ from .masks import mask_decisions, mask_slab
 from .trace import slab_traces, token_scale
 
 __all__ = ["Slab", "accept", "resample", "verify_slab"]
+
+#: `log 2**-126`: a draft whose `q(d)` is below float32's smallest normal number may be accepted
+#: or rejected (SPEC 4): float32 samplers read it as 0.
+Q_FREE_LOG = -126 * np.log(2.0)
 
 _Z = Scratch("reference slab: processed target logits z [rows, V']")
 _ACC_Z = Scratch("reference acceptance: z of the stochastic draft rows")
@@ -46,8 +54,9 @@ class Slab:
     and the processed target logits `z` over `[0, V')`, masked (SPEC section 2); `masks`: the
     masked rows and their masks (None when no row of the slab has a parameter on)."""
 
-    def __init__(self, b, cu: np.ndarray, ra: int, rb: int, trace: bool, flips=None):
+    def __init__(self, b, cu: np.ndarray, ra: int, rb: int, trace: bool, flips=None, decided=None):
         self.b, self.trace = b, trace
+        self.decided = decided or {}  # {batch row: accepted}: free acceptance tests taken as given
         self.ra = ra
         self.lo, self.hi = int(cu[ra]), int(cu[rb])
         self.cu = cu[ra : rb + 1] - cu[ra]
@@ -76,6 +85,10 @@ class Slab:
                 np.copyto(buf, self.z)
                 self.z = buf
             self.masks = mask_slab(self, self.z, b.params, flips)
+
+    def uniforms(self, rows: np.ndarray) -> np.ndarray:
+        """The acceptance uniforms of the given slab rows in the batch's family (SPEC section 3)."""
+        return self.b.family.at_rows(self.b.batch, self.lo + rows, self.seeds[self.req[rows]], self.pos[rows])
 
     def gather(self, rows: np.ndarray, scratch: Scratch) -> np.ndarray:
         """Processed target logits of the given slab rows, float32 `[len, V']` (in `scratch`)."""
@@ -157,7 +170,7 @@ def accept(slab: Slab, rows, valid, d) -> dict:
     y = _ACC_Y(zt.shape, np.float64)
     m, _, _, s = softmax_parts(zt, y, None)
     logp = _at(zt, d) - m - np.log(s)
-    u = slab.b.family.uniforms(slab.seeds[slab.req[rows]], slab.pos[rows])
+    u = slab.uniforms(rows)
     logu = np.log(u.astype(np.float64))
     out = {}
     if slab.b.draft is not None:
@@ -168,8 +181,15 @@ def accept(slab: Slab, rows, valid, d) -> dict:
     else:
         logq = None
         accepted = valid & (logp > logu)
+    if slab.decided:  # free choices (SPEC 4: q(d) = 0) taken as the production took them
+        for k, j in enumerate(slab.lo + rows):
+            if int(j) in slab.decided:
+                accepted[k] = slab.decided[int(j)]
     out["accepted"] = accepted
     if slab.trace:
+        # SPEC 4: a draft with q(d) = 0 or below float32's smallest normal (and p(d) > 0) is accepted
+        # or rejected freely; the trace says so, and the comparison follows the production's choice.
+        out["free"] = valid & (logq < Q_FREE_LOG) & (logp > -np.inf) if logq is not None else np.zeros_like(valid)
         margin = logp - logu if logq is None else logp - logq - logu
         margin[np.isneginf(logp)] = -np.inf  # p(d) = 0: never accepted
         margin[~valid] = -np.inf
@@ -223,10 +243,20 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
             if slab.trace:
                 out.update(mass=np.exp(logr).sum(axis=1), logq=None)
             base[rej[keep]] = logr[keep]
-    noise = slab.b.family.gumbel(slab.seeds[reqs], slab.pos[rows], vp, out=e)  # e is free again
+    if slab.b.resample == inverse_cdf.WHAT:
+        u = resample_uniforms(slab.b.batch, slab.ra + reqs)
+        out["tokens"] = inverse_cdf.tokens(base, u)
+        if slab.trace:
+            out["U"] = u
+    if slab.b.family.keyed_by == "batch":  # explicit noise (SPEC 3c): the request's own, wherever it samples
+        noise = slab.b.family.at_requests(slab.b.batch, slab.ra + reqs, None, None, vp, out=e)
+    else:
+        noise = slab.b.family.gumbel(slab.seeds[reqs], slab.pos[rows], vp, out=e)  # e is free again
     scores = base
+    if slab.trace and "U" in out:
+        out["logr"] = scores.copy()
     scores += noise  # log r(x) + G_x
-    out["tokens"] = np.argmax(scores, axis=1)
+    out.setdefault("tokens", np.argmax(scores, axis=1))
     if slab.trace:
         index = np.full(nr, -1, dtype=np.int64)
         index[rej] = np.arange(rej.size)

@@ -14,10 +14,10 @@ __all__ = ["acceptance_uniforms", "gumbel_noise"]
 
 
 def acceptance_uniforms(batch: SpecBatch, family: StreamFamily | str = TRITON_PHILOX) -> np.ndarray:
-    """`u_j` of every row of `batch` in `family`, float32 `[N]`."""
+    """`u_j` of every row of `batch` in `family`: float32 `[N]` (float64 for the explicit family, SPEC 3c)."""
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     seeds = np.asarray(batch.seeds)[np.repeat(np.asarray(batch.idx_mapping, np.int64), np.diff(cu))]
-    return family_of(family).uniforms(seeds, np.asarray(batch.pos))
+    return family_of(family).at_rows(batch, np.arange(batch.num_logits), seeds, np.asarray(batch.pos))
 
 
 def gumbel_noise(seeds, pos, vocab: int, family: StreamFamily | str = TRITON_PHILOX) -> np.ndarray:

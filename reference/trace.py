@@ -25,9 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import inverse_cdf
 from .logits import log_softmax64
 
-__all__ = ["Decision", "RequestTrace"]
+__all__ = ["FREE", "Decision", "RequestTrace"]
+
+#: `Decision.what` of an acceptance test SPEC 4 leaves free (a draft with `q(d)` 0 or below `2**-126`).
+FREE = "q_zero"
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +67,11 @@ class Decision:
       block: `max(1, |log u_i|, |log P_i|, |log h_i|)`; mask: `rs_verify.contract.masks`'s.
     - `scales`: argmax and residual: float64 `[V']`, `L` over the branch's best token and
       each candidate production token `x`. None for mask, accept and block decisions.
-    - `what`: mask: the parameter, `"min_p"`, `"top_k"` or `"top_p"`; `""` otherwise.
+    - `what`: mask: the parameter, `"min_p"`, `"top_k"` or `"top_p"`; accept: `"q_zero"` (`FREE`)
+      for a draft whose `q(d)` is 0 or below `2**-126`, a test SPEC 4 leaves free; argmax and residual of an
+      inverse-CDF resample (SPEC 4): `"inverse_cdf"`, whose `gaps` are the boundary distances of
+      `reference.inverse_cdf` (excused within `inverse_cdf.tolerance`, SPEC 8, `scales` all 1);
+      `""` otherwise.
     """
 
     request: int
@@ -146,7 +154,7 @@ def slab_traces(slab, sampled, num, t, argmax, acc, s_rows, res, s_req, masks=No
                 si = s_index[j]
                 decisions.append(Decision(slab.ra + r, i, slab.lo + j, "accept", int(slab.d[j]),
                                           bool(acc["accepted"][si]), float(acc["margin"][si]), None,
-                                          float(acc["scale"][si])))
+                                          float(acc["scale"][si]), what=FREE if acc["free"][si] else ""))
             decisions.extend(_final_decisions(slab, r, tr, int(sampled[r, tr]), res, int(r_index[r])))
         traces.append(RequestTrace(slab.ra + r, [int(v) for v in sampled[r, : num[r]]], decisions))
     return traces
@@ -175,10 +183,16 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
     out = []
     logq = None  # q enters the argmax only through a residual of model drafts that was used
     k = res["resid_index"][ri]
+    inverse = "U" in res  # an inverse-CDF resample (SPEC 4): boundary distances, not score gaps
+    what = inverse_cdf.WHAT if inverse else ""
     if k >= 0:
         mass, draft = float(res["mass"][k]), int(slab.d[j])
         q_row = None if res["logq"] is None else res["logq"][k]
-        if mass > 0:  # the other branch: the fallback to p
+        if mass > 0 and inverse:  # the other branch: inverse CDF over p
+            alt_token = int(inverse_cdf.tokens(logp[None], res["U"][ri : ri + 1])[0])
+            alt_gaps = inverse_cdf.gaps(logp, res["U"][ri], alt_token)[0]
+            alt_scales = np.ones_like(alt_gaps)
+        elif mass > 0:  # the other branch: the fallback to p
             alt_gaps = argmax_stats((logp + g)[None])[0][0]
             alt_scales = candidate_scales(token_scale(logp, g), int(np.argmin(alt_gaps)))
             logq = q_row
@@ -186,7 +200,13 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
             log_scale = None if res.get("log_scale") is None else float(res["log_scale"][k])
             alt_gaps = _distance_to_positive_mass(logp, q_row, draft, log_scale)
             alt_scales = np.maximum(1.0, token_scale(logp, q_row))
-        out.append(Decision(req, tr, slab.lo + j, "residual", draft, mass > 0, mass, alt_gaps, 1.0, alt_scales))
+        out.append(Decision(req, tr, slab.lo + j, "residual", draft, mass > 0, mass, alt_gaps, 1.0, alt_scales,
+                            what=what))
+    if inverse:
+        gaps, margin = inverse_cdf.gaps(res["logr"][ri], res["U"][ri], token)
+        out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, margin, gaps, 1.0, np.ones_like(gaps),
+                            what=what))
+        return out
     gaps, margin = argmax_stats(res["scores"][ri : ri + 1])
     scales = candidate_scales(token_scale(logp, logq, g), token)
     out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, float(margin[0]), gaps[0], float(scales[token]),

@@ -7,7 +7,8 @@ margin and tolerance scale `L`, computed from the tokens the decision compares o
 
 - an acceptance test or a block decision: `|m| <= eps * L`;
 - an argmax: the production token's gap `<= eps * L` with `L` over the reference's and the
-  production's token;
+  production's token; an inverse-CDF resample (SPEC 4): the distance of `U` from the prefix-sum
+  boundary between the two tokens `<= max(eps, V' * 2**-23)` (`rs_verify.reference.inverse_cdf`);
 - a residual whose float64 mass is `<= eps`, when the production token is what the other branch
   (fallback to `p`, or a residual that float32 rounding kept) would emit within its tolerance;
 - a mask decision within `eps * L` of its margin: the production output must then be what the
@@ -32,6 +33,9 @@ import numpy as np
 from ..contract import methods
 from ..contract.batch import SamplerOutput
 from ..contract.chunking import select_requests
+from ..contract.explicit import INVERSE_CDF, inverse_cdf_tolerance
+
+FREE = "q_zero"  # `rs_verify.reference.trace.FREE`: an acceptance test SPEC 4 leaves free
 
 DEFAULT_EPS = 2e-4
 # SPEC section 8: excused divergences may not exceed max(EXCUSE_FLOOR, EXCUSE_SHARE * stochastic decisions).
@@ -91,7 +95,11 @@ def _at_step(trace, i: int, kind: str):
 
 
 def _gap_and_tolerance(dec, tok, eps) -> tuple[float, float]:
-    """The production token's gap in an argmax-like decision and its tolerance `eps * L(ref, tok)`."""
+    """The production token's gap in an argmax-like decision and its tolerance `eps * L(ref, tok)`;
+    an inverse-CDF resample's boundary distance within `max(eps, V' * 2**-23)` (SPEC section 8)."""
+    if getattr(dec, "what", "") == INVERSE_CDF:
+        tol = inverse_cdf_tolerance(eps, len(dec.gaps))
+        return (np.inf if tok is None or not 0 <= tok < len(dec.gaps) else float(dec.gaps[tok])), tol
     if tok is None or not 0 <= tok < len(dec.gaps):
         return np.inf, eps * dec.scale
     return float(dec.gaps[tok]), eps * float(dec.scales[tok])
@@ -238,11 +246,40 @@ def _mask_excusal(batch, out, r, trace, last_step, eps, reference) -> Divergence
     return None
 
 
-def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference=None) -> Comparison:
+def _accepted_by(prod, drafts, i: int) -> bool:
+    """Whether the production accepted draft `i`: it emitted the draft id there and went on."""
+    return len(prod) > i + 1 and prod[i] == int(drafts[i])
+
+
+def _free_choice(batch, out, r, div, eps, reference, decided) -> tuple[Divergence | None, int] | None:
+    """SPEC 4 leaves the acceptance test of a draft with `q(d)` 0 or below `2**-126` free: when request
+    `r`'s first divergence is such a test, compare it again with the reference taking the
+    production's choice (`verify_with_trace(decided=...)`), so the token emitted after it is still
+    certified. `(its first divergence or None, its stochastic decisions)`, or None without a reference."""
+    if reference is None:
+        return None
+    sub = select_requests(batch, [r])
+    lo = int(batch.cu_num_logits[r])
+    mine = SamplerOutput(sampled=out.sampled[r : r + 1], num_sampled=out.num_sampled[r : r + 1])
+    taken = {**{j - lo: a for j, a in decided.items() if lo <= j < int(batch.cu_num_logits[r + 1])},
+             div.step: _accepted_by(out.request(r), batch.draft_tokens(r), div.step)}
+    _, alt = reference.verify_with_trace(sub, decided=taken)
+    again = compare_decisions(sub, mine, alt, eps, reference=reference, decided=taken)
+    found = again.divergences[0] if again.divergences else None
+    if found is not None:
+        found.request = r
+        found.note += f"; after the free acceptance test of step {div.step} (q(d) below 2**-126, SPEC 4)"
+    return found, again.stochastic
+
+
+def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference=None, decided=None) -> Comparison:
     """Every first divergence per request between production output `out` and reference traces.
 
     With `reference` (the oracle that made the traces), a divergence that is not itself a near-tie
-    is still excused when a near-tie mask decision of the request, decided the other way, explains it.
+    is still excused when a near-tie mask decision of the request, decided the other way, explains it,
+    and an acceptance test SPEC 4 leaves free (a draft with `q(d)` 0 or below `2**-126`) follows the
+    production's choice (`decided`: the rows already taken so, `{row: accepted}`), the tokens after
+    it compared; without a reference such a choice that differs fails.
     """
     result = Comparison()
     temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
@@ -254,6 +291,14 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
         drafts = batch.draft_tokens(r)
         compare = _block_divergence if block and not greedy else _token_divergence
         div, last = compare(r, trace, drafts, ref, prod, eps)
+        free = div is not None and div.kind == "accept" and getattr(_at_step(trace, div.step, "accept"), "what", "") == FREE
+        again = _free_choice(batch, out, r, div, eps, reference, decided or {}) if free else None
+        if again is not None:
+            div, stochastic = again
+            if div is not None:
+                result.divergences.append(div)
+            result.stochastic += stochastic
+            continue
         if div is not None and not div.excused and not greedy:
             scope = len(drafts) if block else div.step
             div = _mask_excusal(batch, out, r, trace, scope, eps, reference) or div
