@@ -167,6 +167,29 @@ def test_inverse_cdf_boundary_is_strict():
         _certify(ExplicitSampler("inverse_cdf", cdf_boundary=">="), batch)
 
 
+def test_inverse_cdf_top_fallback_is_excused():
+    """`U = 1 - 2**-26` is 1.0 in float32 and the last token's mass (about 7e-10) vanishes in a float32 prefix sum:
+    no prefix exceeds `U * S`, and the sampler falls back to its last token with `r > 0` where the reference
+    emits token 2. The boundary is `1 - S_2 / S - (1 - U)`, below `V' * 2**-23`: excused. A fallback to token 0
+    instead is far from any boundary and fails."""
+    b = SpecBatch(target_logits=np.array([[0, 0, 0, -21]], np.float32), draft_logits=None,
+                  draft_token_ids=np.zeros(1, np.int64), cu_num_logits=np.array([0, 1], np.int32),
+                  pos=np.zeros(1, np.int64), idx_mapping=np.zeros(1, np.int32), temperature=np.ones(1, np.float32),
+                  seeds=np.zeros(1, np.int64), num_speculative_steps=0)
+    b = explicit.filled(b).replace(resample_uniforms=np.array([1 - 2.0**-26]))
+    sampler = ExplicitSampler("inverse_cdf")
+    assert sampler(b).request(0) == [3] and ReferenceSampler(streams="explicit", resample="inverse_cdf")(b).request(0) == [2]
+    _certify(sampler, b)
+
+    class FallsToZero(ExplicitSampler):
+        def _sample(self, batch, r, p, q, d):
+            token = super()._sample(batch, r, p, q, d)
+            return 0 if token == int(np.flatnonzero(p > 0)[-1]) else token
+
+    with pytest.raises(PropertyFailure, match="differ from the reference"):
+        _certify(FallsToZero("inverse_cdf"), b)
+
+
 def test_inverse_cdf_over_p_fails_certification():
     with pytest.raises(AssertionError, match="outside the residual|differ from the reference"):
         pytest_run("certified_equivalence", ExplicitSampler("inverse_cdf", cdf_over="p"), ReferenceSampler())
