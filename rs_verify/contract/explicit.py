@@ -16,7 +16,7 @@ the same draw: so a drawn batch, a fixed campaign's batch and their chunks, perm
 splits get reproducible noise that moves with its row or request, and a batch that carries
 noise (a planted edge, a replayed bundle) keeps it. The generator is MurmurHash3_x86_32
 (`rs_verify.contract.murmur3.hash_words`) of the words `(seed_lo, seed_hi, pos_lo, pos_hi,
-token, what)`, two hashes making one 53-bit uniform in `(0, 1)`; `G = -log(-log u)`.
+token, what)`, two hashes making one 52-bit uniform in `(0, 1)`; `G = -log(-log u)`.
 """
 
 from __future__ import annotations
@@ -45,30 +45,30 @@ def inverse_cdf_tolerance(eps: float, vocab: int) -> float:
 _ACCEPT, _GUMBEL, _INVERSE = 0, 2, 4
 
 
-def _uniform53(seeds, pos, tokens, what: int) -> np.ndarray:
-    """float64 uniforms in `(0, 1)`: `(a * 2**26 + b + 0.5) * 2**-52` halved, `a`, `b` the top 27
-    and 26 bits of two hashes of `(seed, pos, token, what)` and `(..., what + 1)` (broadcast)."""
+def _uniform52(seeds, pos, tokens, what: int) -> np.ndarray:
+    """float64 uniforms in `[2**-53, 1 - 2**-53]`, exact: `(a * 2**26 + b + 0.5) * 2**-52`, `a`, `b` the
+    top 26 bits of two hashes of `(seed, pos, token, what)` and `(..., what + 1)` (broadcast)."""
     s = np.asarray(seeds, np.int64).view(np.uint64)
     p = np.asarray(pos, np.int64).view(np.uint64)
     lo = np.uint64(0xFFFFFFFF)
     words = [(s & lo).astype(np.uint32), (s >> np.uint64(32)).astype(np.uint32),
              (p & lo).astype(np.uint32), (p >> np.uint64(32)).astype(np.uint32),
              np.asarray(tokens, np.int64).astype(np.uint32)]
-    a = (hash_words(*words, np.uint32(what)) >> np.uint32(5)).astype(np.float64)
+    a = (hash_words(*words, np.uint32(what)) >> np.uint32(6)).astype(np.float64)
     b = (hash_words(*words, np.uint32(what + 1)) >> np.uint32(6)).astype(np.float64)
-    return (a * 2.0**26 + b + 0.5) * 2.0**-53
+    return (a * 2.0**26 + b + 0.5) * 2.0**-52
 
 
 def drawn_uniforms(seeds, pos) -> np.ndarray:
     """The drawn acceptance uniforms of rows keyed by int64 `(seeds, pos)`: float64 in `(0, 1)`."""
-    return _uniform53(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1), 0, _ACCEPT)
+    return _uniform52(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1), 0, _ACCEPT)
 
 
 def drawn_gumbel(seeds, pos, vocab: int, out: np.ndarray | None = None) -> np.ndarray:
     """The drawn Gumbel noise of requests keyed by `(seeds, first position)`: float64 `[n, vocab]`, finite."""
     seeds = np.asarray(seeds, np.int64).reshape(-1, 1)
     pos = np.asarray(pos, np.int64).reshape(-1, 1)
-    u = _uniform53(seeds, pos, np.arange(int(vocab), dtype=np.int64)[None, :], _GUMBEL)
+    u = _uniform52(seeds, pos, np.arange(int(vocab), dtype=np.int64)[None, :], _GUMBEL)
     if out is None:
         out = np.empty(u.shape, np.float64)
     np.log(u, out=out)
@@ -78,7 +78,7 @@ def drawn_gumbel(seeds, pos, vocab: int, out: np.ndarray | None = None) -> np.nd
 
 
 def _drawn_inverse(seeds, pos) -> np.ndarray:
-    return _uniform53(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1), 0, _INVERSE)
+    return _uniform52(np.asarray(seeds, np.int64).reshape(-1), np.asarray(pos, np.int64).reshape(-1), 0, _INVERSE)
 
 
 def _row_keys(batch, rows: np.ndarray):
