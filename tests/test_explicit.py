@@ -9,7 +9,8 @@ from examples.explicit_sampler import ExplicitSampler
 from rs_verify.contract import explicit
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.streams import StreamFamily, family
-from rs_verify.engine.runner import pytest_run
+from rs_verify.engine.runner import make_context, pytest_run, run
+from rs_verify.properties import PROPERTIES
 from rs_verify.harness.context import Context
 from rs_verify.harness.guards import with_explicit_noise
 from rs_verify.harness.record import DeclarationError, SamplerRecord, record_of
@@ -137,8 +138,15 @@ def test_inverse_cdf_picks_the_first_prefix_above_u():
 def test_explicit_samplers_are_certified(sampler):
     """Gumbel-max, the race of exponentials `argmax r / exp(-G)`, inverse CDF in float32 prefix sums and vLLM V1's
     acceptance test (`p / q >= u`, rejecting q(d) = 0) are each certified decision by decision at ci."""
-    out = pytest_run("certified_equivalence", sampler, ReferenceSampler())
+    out = _at_ci(sampler)
     assert out.stats["stochastic_decisions"] >= 100  # the decision floor of a whole-budget run (about 1,500 here)
+
+
+def _at_ci(sampler):
+    """certified_equivalence at the ci profile against the reference (bound to the sampler's family)."""
+    out = run(PROPERTIES["certified_equivalence"], make_context(sampler, ReferenceSampler(), profile="ci"))
+    assert out.status == "passed" and out.failure is None, out.failure and out.failure.text()
+    return out
 
 
 def _boundary_batch(reqs=8, v=4) -> SpecBatch:
@@ -259,5 +267,5 @@ def test_draft_with_q_zero_is_free():
 
 def test_reference_declaring_explicit_certifies_against_itself():
     for resample in ("gumbel", "inverse_cdf"):
-        pytest_run("certified_equivalence", ReferenceSampler(streams="explicit", resample=resample),
-                   ReferenceSampler())
+        out = _at_ci(ReferenceSampler(streams="explicit", resample=resample))
+        assert out.stats["sent"].get("block", 0) > 0  # block verification reads the explicit uniforms too
