@@ -25,9 +25,9 @@ holds everything the suite needs of it:
 `family(name_or_record)` looks a family up (aliases resolved; a clear `KeyError` for an unknown
 name); a sampler may also declare a record the suite does not ship (SPEC 3d): it is certified
 like a shipped one. `register(record)` adds a family to the registry; the shipped families are
-the modules named in `SHIPPED`, each holding one `register(StreamFamily(...))` call, imported
-with this module. Adding a family is one contract module (and its name in `SHIPPED`) plus, where
-the Triton sampler offers it, its kernel helper.
+modules of this package, each holding one `register(StreamFamily(...))` call, imported by the
+package's `__init__` (this module imports none of them). Adding a family is one contract module
+(and its import there) plus, where the Triton sampler offers it, its kernel helper.
 """
 
 from __future__ import annotations
@@ -42,11 +42,8 @@ import numpy as np
 
 from .batch import SpecBatch
 
-__all__ = ["FAMILIES", "KEYED_BY", "OWN", "SHIPPED", "StreamEdges", "StreamFamily", "family", "family_path",
+__all__ = ["FAMILIES", "KEYED_BY", "OWN", "StreamEdges", "StreamFamily", "family", "family_path",
            "register", "registered", "resolve_path", "shipped"]
-
-#: The contract modules of the shipped families (`rs_verify.contract.<name>`), imported with this module.
-SHIPPED = ("triton_philox", "murmur3", "explicit")
 
 OWN = "own"  # a sampler with its own generator: nothing to certify (SPEC section 10)
 KEYED_BY = ("seed_pos", "batch")
@@ -225,29 +222,14 @@ def register(record: StreamFamily) -> StreamFamily:
     return record
 
 
-_SHIPPED_LOADED = []
-
-
-def _load_shipped() -> None:
-    """Import the shipped families' modules, once: later lookups never import again, so a process
-    that swaps the contract's modules (a git baseline's child loads a revision's sampler) keeps
-    the registry of the tree it started with."""
-    if _SHIPPED_LOADED:
-        return
-    _SHIPPED_LOADED.append(True)
-    for name in SHIPPED:
-        importlib.import_module(f"{__package__}.{name}")
-
 
 def shipped() -> list[StreamFamily]:
     """The registered families, each once, in registration order."""
-    _load_shipped()
     return list({id(f): f for f in FAMILIES.values()}.values())
 
 
 def registered(record: StreamFamily) -> bool:
     """Whether `record` is the registered family of its name (a shipped one, or one added by `register`)."""
-    _load_shipped()
     return FAMILIES.get(record.name) is record
 
 
@@ -256,7 +238,6 @@ def family(which) -> StreamFamily:
     a record (returned as is, registered or not: SPEC 3d)."""
     if isinstance(which, StreamFamily):
         return which
-    _load_shipped()
     if isinstance(which, str) and which in FAMILIES:
         return FAMILIES[which]
     if isinstance(which, str) and which.count(":") == 1:
@@ -294,10 +275,3 @@ def family_path(record: StreamFamily) -> str | None:
             if value is record:
                 return f"{name}:{attr}"
     return None
-
-
-# The registry is whole once this module is imported, unless a shipped family's module imported it
-# first (it is then mid-import: importing the others now would read it half built); the first
-# lookup then fills the registry (every accessor calls _load_shipped), still once.
-if not any(f"{__package__}.{n}" in sys.modules for n in SHIPPED):
-    _load_shipped()
