@@ -36,6 +36,7 @@ import numpy as np
 
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.streams import StreamFamily, family as family_of
+from ..reference import ReferenceSampler
 
 __all__ = ["DRAFT_LOGITS", "PROCESSED", "RAW", "STREAMS", "ProbeError", "detect", "predictions", "probe_batch"]
 
@@ -79,8 +80,6 @@ def _as_processed(batch: SpecBatch) -> SpecBatch:
 def predictions(streams=STREAMS, draft_logits=DRAFT_LOGITS) -> dict[tuple[str, str], SamplerOutput]:
     """The reference's output of `probe_batch()` with its draft logits handed before temperature,
     under each stream family and draft-logit convention: `{(family name, convention): output}`."""
-    from ..reference import ReferenceSampler  # lazy: the reference is needed only when probing
-
     batch = probe_batch()
     out = {}
     for which in streams:
