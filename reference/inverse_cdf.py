@@ -27,7 +27,7 @@ WHAT = INVERSE_CDF
 
 
 def _prefix(logr: np.ndarray):
-    """Residual `r = exp(log r)` (rows), its positive tokens and its normalised prefix sums `S_x / S`."""
+    """The positive tokens of the residual `r = exp(log r)` (rows) and its normalised prefix sums `S_x / S`."""
     r = np.exp(logr)
     positive = logr > -np.inf
     s = np.cumsum(r, axis=-1)

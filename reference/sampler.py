@@ -14,7 +14,7 @@ import numpy as np
 from rs_verify.contract import methods
 from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
-from rs_verify.contract.explicit import RESAMPLE
+from rs_verify.contract.explicit import GUMBEL, RESAMPLE
 from rs_verify.contract.masks import state_params
 from rs_verify.contract.streams import StreamFamily, family as family_of, registered
 from rs_verify.contract.triton_philox import TRITON_PHILOX
@@ -53,11 +53,11 @@ class ReferenceSampler:
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS,
-                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = RESAMPLE[0]):
+                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL):
         self.validate = bool(validate)
         self.slab_elems = int(slab_elems)
         self.family = family_of(streams)
-        if resample not in RESAMPLE or (resample != RESAMPLE[0] and self.family.keyed_by != "batch"):
+        if resample not in RESAMPLE or (resample != GUMBEL and self.family.keyed_by != "batch"):
             raise ValueError(f"resample must be one of {list(RESAMPLE)}, and {resample!r} needs a family keyed by "
                              f"the batch (SPEC 3c), not {self.family.name!r}")
         self.resample = resample
@@ -66,10 +66,10 @@ class ReferenceSampler:
 
     def __repr__(self) -> str:
         extra = "" if self.family is TRITON_PHILOX else f", streams={self.family.name!r}"
-        extra += "" if self.resample == RESAMPLE[0] else f", resample={self.resample!r}"
+        extra += "" if self.resample == GUMBEL else f", resample={self.resample!r}"
         return f"ReferenceSampler(validate={self.validate}{extra})"
 
-    def with_streams(self, streams: StreamFamily | str, resample: str = RESAMPLE[0]) -> "ReferenceSampler":
+    def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL) -> "ReferenceSampler":
         """This reference drawing the random numbers of `streams` instead, resampling as `resample`
         (itself when both are its own)."""
         if family_of(streams) is self.family and resample == self.resample:
@@ -132,7 +132,7 @@ class BatchArrays:
     stochastic requests verify as a block (section 4b); `family`: the stream family (section 3);
     `resample`: `"gumbel"` or `"inverse_cdf"` (section 4)."""
 
-    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = RESAMPLE[0]):
+    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = GUMBEL):
         self.batch = batch
         self.family = family
         self.resample = resample

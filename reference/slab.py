@@ -248,10 +248,8 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
         out["tokens"] = inverse_cdf.tokens(base, u)
         if slab.trace:
             out["U"] = u
-    if slab.b.family.keyed_by == "batch":  # explicit noise (SPEC 3c): the request's own, wherever it samples
-        noise = slab.b.family.at_requests(slab.b.batch, slab.ra + reqs, None, None, vp, out=e)
-    else:
-        noise = slab.b.family.gumbel(slab.seeds[reqs], slab.pos[rows], vp, out=e)  # e is free again
+    # The request's noise (explicit, SPEC 3c: its own wherever it samples) or its row's; e is free again.
+    noise = slab.b.family.at_requests(slab.b.batch, slab.ra + reqs, slab.seeds[reqs], slab.pos[rows], vp, out=e)
     scores = base
     if slab.trace and "U" in out:
         out["logr"] = scores.copy()

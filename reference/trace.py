@@ -70,7 +70,7 @@ class Decision:
     - `what`: mask: the parameter, `"min_p"`, `"top_k"` or `"top_p"`; accept: `"q_zero"` (`FREE`)
       for a draft whose `q(d)` is 0 or below `2**-126`, a test SPEC 4 leaves free; argmax and residual of an
       inverse-CDF resample (SPEC 4): `"inverse_cdf"`, whose `gaps` are the boundary distances of
-      `reference.inverse_cdf` (excused within `inverse_cdf.tolerance`, SPEC 8, `scales` all 1);
+      `reference.inverse_cdf` (excused within `rs_verify.contract.explicit.inverse_cdf_tolerance`, SPEC 8, `scales` all 1);
       `""` otherwise.
     """
 

@@ -26,12 +26,12 @@ import numpy as np
 from .murmur3 import hash_words
 from .streams import StreamFamily, register
 
-__all__ = ["EXPLICIT", "INVERSE_CDF", "PREFIX_ULP", "RESAMPLE", "drawn_gumbel", "inverse_cdf_tolerance", "drawn_uniforms", "filled", "resample_gumbel",
+__all__ = ["EXPLICIT", "GUMBEL", "INVERSE_CDF", "PREFIX_ULP", "RESAMPLE", "drawn_gumbel", "inverse_cdf_tolerance", "drawn_uniforms", "filled", "resample_gumbel",
            "resample_uniforms", "row_uniforms"]
 
 #: How an explicit sampler resamples (SPEC 4 and 10): Gumbel-max, or inverse CDF over the residual.
 RESAMPLE = ("gumbel", "inverse_cdf")
-INVERSE_CDF = RESAMPLE[1]
+GUMBEL, INVERSE_CDF = RESAMPLE
 #: float32's relative rounding, once per term of a prefix sum (SPEC section 8).
 PREFIX_ULP = 2.0**-23
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import methods
+from ..contract.explicit import GUMBEL
 from .handle import SamplerUnderTest, as_sampler
 from .record import SamplerRecord, record_of
 
@@ -55,7 +56,7 @@ def certifying_reference(reference, record: SamplerRecord | None):
     the same, else None."""
     if reference is None or record is None or record.family is None:
         return None
-    resample = {} if record.resample == "gumbel" else {"resample": record.resample}
+    resample = {} if record.resample == GUMBEL else {"resample": record.resample}
     bind = getattr(reference, "with_streams", None)
     if callable(bind):
         return bind(record.family, **resample)

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field, fields
 from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 from ..contract import methods
 from ..contract import streams as stream_families
-from ..contract.explicit import RESAMPLE
+from ..contract.explicit import GUMBEL, RESAMPLE
+from ..contract.triton_philox import TRITON_PHILOX
 from . import device
 
-TRITON_PHILOX_NAME = "triton-philox"  # the batch strategies' default stream family
 EXERCISED_NAMES = {**{m.name: m.titled for m in methods.OFFERED}, "min_p": "min-p (SPEC section 2)",
                    "top_k": "top-k (SPEC section 2)", "top_p": "top-p (SPEC section 2)"}
 DECLARED_INTERPRETED = "declared"
@@ -49,7 +49,7 @@ class SamplerRecord:
     loaded_as: str | None = None  # how to load it again (`module:attribute` or a built-in name)
     # "own", a registered family's name, or a StreamFamily record the suite does not ship (SPEC 3d)
     streams: str | stream_families.StreamFamily = stream_families.OWN
-    resample: str = RESAMPLE[0]  # "gumbel" or "inverse_cdf" (a family keyed by the batch only, SPEC 4)
+    resample: str = GUMBEL  # "gumbel" or "inverse_cdf" (a family keyed by the batch only, SPEC 4)
     supports_chunking: bool = False
     supports_logprobs: bool = True
     draft_modes: frozenset = frozenset(DRAFT_MODES)
@@ -85,7 +85,7 @@ class SamplerRecord:
         if self.resample not in RESAMPLE:
             raise DeclarationError(f"{who}: resample must be one of {list(RESAMPLE)}, not {self.resample!r}")
         fam = self.family
-        if self.resample != RESAMPLE[0] and (fam is None or fam.keyed_by != "batch"):
+        if self.resample != GUMBEL and (fam is None or fam.keyed_by != "batch"):
             raise DeclarationError(f"{who}: resample {self.resample!r} needs the explicit stream family (SPEC 3c: the "
                                    f"batch's resample_uniforms), not streams {self.streams!r}")
         k = self.min_spec_steps
@@ -119,8 +119,8 @@ class SamplerRecord:
         if self.min_spec_steps:
             kw["min_spec_steps"] = self.min_spec_steps
         fam = self.family
-        if fam is not None and fam.name != TRITON_PHILOX_NAME and fam.keyed_by == "seed_pos":
-            # (the strategies' default family; a batch-keyed family's noise is filled at the call)
+        if fam is not None and fam is not TRITON_PHILOX and fam.keyed_by == "seed_pos":
+            # (triton-philox is the strategies' default family; a batch-keyed family's noise is filled at the call)
             # The tilts aim at the family's uniforms, the labels read its noise, its edges are planted.
             kw["streams"] = fam.name if stream_families.registered(fam) else fam
         return kw
@@ -258,7 +258,7 @@ def record_of(sampler) -> SamplerRecord:
         name=name,
         loaded_as=loaded_as if isinstance(loaded_as, str) else None,
         streams=_declared(sampler, "streams", "own"),
-        resample=_declared(sampler, "resample", RESAMPLE[0]),
+        resample=_declared(sampler, "resample", GUMBEL),
         supports_chunking=bool(_declared(sampler, "supports_chunking", False)),
         supports_logprobs=bool(_declared(sampler, "supports_logprobs", True)),
         draft_modes=_declared(sampler, "draft_modes", frozenset(DRAFT_MODES)),
