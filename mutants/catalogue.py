@@ -172,7 +172,7 @@ MUTANTS: list[Mutant] = [
         "u not clamped to TINY: u = rand(seed, pos) may be exactly 0, and log 0 = -inf accepts any draft "
         "with p(d) > 0 (SPEC 3: u = max(rand, TINY)).",
         TRITON,
-        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(philox_resample_seed(seed, j_pos))  # MUTANT: no TINY")),
+        _k((ACCEPT_U, "u = tl.uint_to_uniform_float(tl.randint4x(seed, j_pos)[0])  # MUTANT: no TINY")),
         killers=("stream_edges",),
         note="Differs only where the Philox word is 0 or -1 (2 in 2**32 draws): random batches never reach it.",
     ),

@@ -124,7 +124,7 @@ class Contents:
 
     def zero_logit(self, rng, r: int, row) -> float:
         """A raw logit for request `r` whose probability is 0 in float64 beside the row's largest
-        (processed gap in `ZERO_GAP`), or `-inf` half the time when `-inf` logits are allowed."""
+        (processed gap in `ZERO_GAP`), or `-inf` half the time in a masked batch."""
         finite = row[np.isfinite(row)]
         if self.masked and rng.random() < 0.5 or not finite.size:
             return -np.inf

@@ -152,8 +152,8 @@ def decision_batches(
       `StreamFamily` record; default "triton-philox"): the tilts aim at its acceptance uniforms and
       the labels read its noise. For murmur3, three draws in four of token-wise batches also carry
       its edges (`strategies.stream_edges`): `u = 1.0` and the smallest `u` deciding bonus tokens,
-      a request at another's positions plus `2**32` with its seed. Draws of triton-philox are
-      those of earlier releases, example for example.
+      a request at another's positions plus `2**32` with its seed. Draws of triton-philox keep
+      their random choices (the block tilts' p = q = 0 step takes one more when -inf is allowed).
     * With either allowed, a draw whose structure left out padding, saturation or parameters
       gets them one time in three from the content generator (Hypothesis's generate phase
       shares structural draws across families of examples). With neither allowed, the draws

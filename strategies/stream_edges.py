@@ -23,7 +23,7 @@ Only token-wise batches are planted, and only stochastic requests without sampli
 another family, are left as drawn. Every planted decision is checked after rounding to the
 batch's dtype; one that does not hold is undone.
 
-`stream_knobs(facts)` labels what a batch of the family carries (`STREAM_KNOBS`), read off the
+`stream_knobs(f, bonus_rows)` labels what a batch of the family carries (`STREAM_KNOBS`), read off the
 batch itself like every other knob.
 
 Imports only NumPy and the contract.

@@ -144,6 +144,7 @@ class VllmSampler:
         if draft_logits is not None and draft_logits not in DRAFT_LOGITS:
             raise ValueError(f"draft_logits must be one of {list(DRAFT_LOGITS)} or None (asked by the probe), "
                              f"not {draft_logits!r}")
+        self.draft_logits = draft_logits  # None while the probe asks (its calls hand drafts raw)
         if streams is None or draft_logits is None:
             found, draft_logits = vllm_probe.detect(self._probe_run, streams=streams, draft_logits=draft_logits)
         else:

@@ -150,7 +150,8 @@ def _seed_offset_pairs(ctx):
 
 
 @register("philox_streams", "streams", strategy=_seed_offset_pairs, needs=("triton",), cost=40, self_check=True,
-          why_kept=("Checks the suite's NumPy Philox against tl.rand / tl.randint (no sampler involved): the "
+          why_kept=("Checks every shipped family's NumPy bits against Triton (Philox: tl.rand / tl.randint; murmur3: "
+                    "its tl hash and noise), no sampler involved: the "
                     "certification and the edge campaigns are only as good as these streams."))
 def philox_streams(ctx, drawn) -> None:
     """Every shipped stream family's NumPy bits equal Triton's (for triton-philox: tl.rand / tl.randint,

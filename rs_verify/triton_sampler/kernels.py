@@ -60,12 +60,11 @@ STEP_BLOCK = tl.constexpr(16)
 #   processed logits (SPEC 2): z = div_rn(fp32(x), t_div), t_div = 1 for greedy
 #     rows and T == 1 (x / 1 is exact); NaN is read as -inf so unvalidated NaN
 #     rows never win an argmax.
-#   log(1 - v) for small v without log1p (Goldberg): w = 1 - v;
-#     log(w) * -v / (w - 1), or -v when w == 1.
 #   log(1 - e^a), a < 0, i.e. log(-expm1(a)), with Kahan's expm1:
 #     (e - 1) * a / log(e), e = exp(a) (a when e == 1, -1 when e == 0).
 #   Gumbel noise (SPEC 3): the family the constexpr STREAM names (a StreamFamily's `triton`):
-#     "philox" (3a): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY) (streams.py), g the
+#     "philox" (3a): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY), log(1 - v) by
+#     Goldberg's form (streams.py), g the
 #     row's resample seed; "murmur3" (3b): G_x of the hash of (seed, pos, x) (murmur3.py), g the
 #     seed itself. Only the kernels that draw noise take STREAM (verify_kernel, resample_kernel).
 # ---------------------------------------------------------------------------
