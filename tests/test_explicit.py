@@ -8,6 +8,7 @@ import pytest
 from examples.explicit_sampler import ExplicitSampler
 from rs_verify.contract import explicit
 from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.validation import validate
 from rs_verify.contract.streams import StreamFamily, family
 from rs_verify.engine.runner import make_context, pytest_run, run
 from rs_verify.properties import PROPERTIES
@@ -269,3 +270,21 @@ def test_reference_declaring_explicit_certifies_against_itself():
     for resample in ("gumbel", "inverse_cdf"):
         out = _at_ci(ReferenceSampler(streams="explicit", resample=resample))
         assert out.stats["sent"].get("block", 0) > 0  # block verification reads the explicit uniforms too
+
+
+def test_fit_to_one_hot_drafts_keeps_the_noise_valid():
+    """Narrowing a batch to one-hot drafts widens V' from Vd to V: Gumbel noise carried for Vd tokens
+    would no longer fit, so it is dropped (and drawn again by the fill); the rest is kept."""
+    b = _batch()
+    b = explicit.filled(b.replace(draft_logits=np.ascontiguousarray(b.draft_logits[:, :, :9])))
+    assert b.resample_gumbel.shape == (b.num_reqs, 9)
+    rec = SamplerRecord(name="one-hot", streams="explicit", draft_modes=frozenset({"one_hot"}))
+    fitted = rec.fit(b)
+    assert fitted.draft_logits is None and fitted.resample_gumbel is None
+    assert np.array_equal(fitted.accept_uniforms, b.accept_uniforms)
+    assert np.array_equal(fitted.resample_uniforms, b.resample_uniforms)
+    validate(explicit.filled(fitted))
+    assert explicit.filled(fitted).resample_gumbel.shape == (b.num_reqs, b.vocab_size)
+    # Equal vocabularies: nothing to widen, the noise is kept as carried.
+    same = explicit.filled(_batch())
+    assert np.array_equal(rec.fit(same).resample_gumbel, same.resample_gumbel)

@@ -129,14 +129,19 @@ class SamplerRecord:
         """A fixed campaign's batch narrowed as `strategy_kwargs` narrows drawn ones (SPEC section 10):
         without logprobs when the sampler computes none, with one-hot drafts (the same draft ids)
         when it takes no model drafts, verified by the baseline method (token by token) when it does
-        not declare the batch's, without the sampling parameters it does not declare. The batch
-        itself when nothing is to change; its dtype and step counts are kept."""
+        not declare the batch's, without the sampling parameters it does not declare (one-hot drafts
+        widen V' to V: carried Gumbel noise narrower than that is dropped, to be drawn again). The
+        batch itself when nothing is to change; its dtype and step counts are kept."""
         kw = self.strategy_kwargs()
         changes = {}
         if batch.num_logprobs is not None and kw.get("logprobs") == (None,):
             changes["num_logprobs"] = None
         if batch.draft_logits is not None and "model" not in kw.get("draft_modes", DRAFT_MODES):
             changes["draft_logits"] = None
+            if batch.resample_gumbel is not None and batch.target_logits.shape[1] != batch.effective_vocab_size:
+                # V' grows to V with one-hot drafts: the carried noise is too narrow, so it is
+                # dropped and drawn afresh for the wider vocabulary (SPEC 3c's fill)
+                changes["resample_gumbel"] = None
         verification = methods.narrow(batch.verification, kw["verifications"])
         if verification != batch.verification:
             changes["verification"] = verification
