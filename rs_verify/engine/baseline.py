@@ -144,8 +144,10 @@ def load_from_tree(root: str, spec: str):
     harness = {name: mod for name, mod in sys.modules.items() if name.startswith(HARNESS)}
     _forget_modules_of(root_path)
     target = BUILTIN.get(spec, spec)
-    sampler = load_sampler(target)
-    sys.modules.update(harness)
+    try:
+        sampler = load_sampler(target)
+    finally:  # a failed load leaves this tree's harness in place too, for the error it reports
+        sys.modules.update(harness)
     module = sys.modules.get(target.partition(":")[0])
     origin = Path(getattr(module, "__file__", None) or "/").resolve()
     if root_path not in origin.parents:
