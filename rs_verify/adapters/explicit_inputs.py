@@ -1,0 +1,109 @@
+"""What the adapters of `explicit`-family samplers (SPEC 3c) hand their library, from a `SpecBatch`.
+
+Shared by `rs_verify.adapters.sglang` and `rs_verify.adapters.vllm_v1`, whose libraries take
+probabilities rather than logits and their random numbers as inputs:
+
+- `effective_drafts`: each request's drafts up to its first padded one (SPEC 3c: a request whose
+  drafts end in padding verifies as the shorter request; a draft id outside `[0, V')`, possible
+  only without validation, ends the drafts the same way, so the library never indexes with it);
+- `Prepared`: the processed logits `z = fp32(x) / T` (SPEC 2, `T = 1` for greedy states) of every
+  row over `[0, V')`, their float32 softmax `p`, and each request's draft distributions `q`
+  (float32 softmax of `draft_logits / T`, or a point mass at the draft for one-hot drafts);
+- `require_noise`: the `ValueError` of SPEC 9 for a batch without a noise field the sampler reads;
+- `greedy_tokens`: SPEC 4's greedy chain on `argmax z` (torch's, lowest index on ties), for the
+  requests whose library path is not the wrapped function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..contract.batch import SamplerOutput, SpecBatch
+
+__all__ = ["Prepared", "effective_drafts", "greedy_tokens", "output", "prepare", "require_noise"]
+
+
+def require_noise(batch: SpecBatch, fields: tuple[str, ...]) -> None:
+    """SPEC 9: an explicit sampler refuses a batch without the noise it reads, naming the field."""
+    for name in fields:
+        if getattr(batch, name) is None:
+            raise ValueError(f"{name}: this sampler takes its random numbers from the batch (streams = 'explicit', "
+                             f"SPEC 3c) and the batch carries none")
+
+
+def effective_drafts(batch: SpecBatch) -> np.ndarray:
+    """int64 `[R]`: the drafts each request verifies, up to its first draft id outside `[0, V')`."""
+    vp = batch.effective_vocab_size
+    cu = np.asarray(batch.cu_num_logits, np.int64)
+    ids = np.asarray(batch.draft_token_ids, np.int64)
+    out = np.empty(batch.num_reqs, np.int64)
+    for r in range(batch.num_reqs):
+        d = ids[cu[r] + 1 : cu[r + 1]]
+        bad = np.flatnonzero((d < 0) | (d >= vp))
+        out[r] = bad[0] if bad.size else d.size
+    return out
+
+
+@dataclass
+class Prepared:
+    """A batch's inputs in torch float32 on `device` (module docstring)."""
+
+    vocab: int  # V'
+    rows: np.ndarray  # int64 [R]: cu_num_logits[r], the first row of each request
+    drafts: np.ndarray  # int64 [R]: effective_drafts
+    greedy: np.ndarray  # bool [R]
+    z: torch.Tensor  # float32 [N, V']: processed logits
+    p: torch.Tensor  # float32 [N, V']: softmax(z)
+    q: torch.Tensor  # float32 [R, K, V']: the draft distribution of each request's step (zeros past its drafts)
+
+
+def prepare(batch: SpecBatch, device) -> Prepared:
+    vp, k, n_rows = batch.effective_vocab_size, batch.num_speculative_steps, batch.num_logits
+    cu = np.asarray(batch.cu_num_logits, np.int64)
+    states = np.asarray(batch.idx_mapping, np.int64)
+    temperature = np.asarray(batch.temperature, np.float32)[states]
+    greedy = temperature == 0
+    t_div = torch.from_numpy(np.where(greedy, np.float32(1), temperature))
+    req_of_row = np.repeat(np.arange(batch.num_reqs), np.diff(cu))
+    x = torch.from_numpy(np.array(np.asarray(batch.target_logits)[:, :vp], np.float32))  # a writable copy
+    z = (x / t_div[torch.from_numpy(req_of_row)].unsqueeze(1)).to(device)  # IEEE division (SPEC 2)
+    p = torch.softmax(z, dim=-1)
+    drafts = effective_drafts(batch)
+    q = torch.zeros((batch.num_reqs, k, vp), dtype=torch.float32)
+    ids = np.asarray(batch.draft_token_ids, np.int64)
+    for r in np.flatnonzero(~greedy):
+        n = int(drafts[r])
+        if n == 0:
+            continue
+        if batch.draft_logits is None:  # one-hot drafts: q is a point mass at the draft
+            q[r, torch.arange(n), torch.from_numpy(ids[cu[r] + 1 : cu[r] + 1 + n].copy())] = 1.0
+        else:
+            d = torch.from_numpy(np.array(batch.draft_logits[states[r], :n, :vp], np.float32))
+            q[r, :n] = torch.softmax(d / t_div[r], dim=-1)
+    return Prepared(vocab=vp, rows=cu[:-1], drafts=drafts, greedy=greedy, z=z, p=p, q=q.to(device))
+
+
+def greedy_tokens(batch: SpecBatch, prep: Prepared, r: int) -> list[int]:
+    """SPEC 4, greedy: accept the drafts that equal the row's argmax; then that argmax (or the bonus)."""
+    lo, n = int(prep.rows[r]), int(prep.drafts[r])
+    argmax = torch.argmax(prep.z[lo : lo + n + 1], dim=-1).cpu().numpy()
+    ids = np.asarray(batch.draft_token_ids, np.int64)
+    out = []
+    for i in range(n + 1):
+        out.append(int(argmax[i]))
+        if i == n or ids[lo + i + 1] != argmax[i]:
+            return out
+    return out
+
+
+def output(batch: SpecBatch, tokens: list[list[int]]) -> SamplerOutput:
+    """SPEC 5: each request's emitted tokens, `-1` padded to `K + 1`."""
+    sampled = np.full((batch.num_reqs, batch.num_speculative_steps + 1), -1, np.int64)
+    num = np.zeros(batch.num_reqs, np.int32)
+    for r, toks in enumerate(tokens):
+        sampled[r, : len(toks)] = toks
+        num[r] = len(toks)
+    return SamplerOutput(sampled=sampled, num_sampled=num, logprobs=None)
