@@ -242,9 +242,7 @@ MUTANTS: list[Mutant] = [
         {"kernels.py": [("gum = murmur3_noise(g, pos_t, idx)",
                          "gum = tl.where(use_q, murmur3_noise(g, pos_t, idx), "
                          "philox_gumbel(philox_resample_seed(g, pos_t), idx))  # MUTANT: bonus still Philox")],
-         "residual.py": [("from .streams import philox_gumbel\n",
-                          "from .streams import philox_gumbel, philox_resample_seed  # MUTANT\n"),
-                         ("gum = murmur3_noise(g_col, pos_col, idx)",
+         "residual.py": [("gum = murmur3_noise(g_col, pos_col, idx)",
                           "gum = tl.where(use_q_col | (excl_col >= 0), murmur3_noise(g_col, pos_col, idx), "
                           "philox_gumbel(philox_resample_seed(g_col, pos_col), idx))  # MUTANT: bonus still Philox")]},
         build=MURMUR3_BUILD,
@@ -305,8 +303,9 @@ MUTANTS: list[Mutant] = [
         "Concatenated logprobs with a chunk-local cu_num_generated_tokens: the result keeps the last chunk's "
         "own cu list (LogprobsTensors.cat(parts, parts[-1].cu_num_generated_tokens)) instead of the batch's.",
         TRITON,
-        {"sampler.py": [("            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]\n",
+        {"protocol.py": [("            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]\n",
                          "            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]\n"
+                         "            from ..contract.chunking import iter_request_chunks  # MUTANT\n"
                          "            last = list(iter_request_chunks(np.asarray(batch.cu_num_logits), cap))[-1][0]\n"
                          "            cu = [c - cu[last] for c in cu[last:]]  # MUTANT: the last chunk's own cu\n")]},
         killers=("chunked_equals_full",),
@@ -357,13 +356,12 @@ MUTANTS: list[Mutant] = [
         "draft_id_off_by_one",
         "Off-by-one in draft_token_ids[j + 1]: row j verifies draft_token_ids[j] (the vLLM layout misread).",
         TRITON,
-        _k(("d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)",
-            "d = tl.load(draft_ids_ptr + j_vec, mask=smask, other=-1)  # MUTANT: j, not j + 1"),
-           ("    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)",
-            "    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT"),
-           ("        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)\n        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
-            "        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT (resample_kernel)\n"
-            "        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr")),
+        {"kernels.py": [("d = tl.load(draft_ids_ptr + j_vec + 1, mask=smask, other=-1)",
+                         "d = tl.load(draft_ids_ptr + j_vec, mask=smask, other=-1)  # MUTANT: j, not j + 1"),
+                        ("    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)",
+                         "    else:\n        has_d = t < n\n        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT")],
+         "residual.py": [("        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)\n",
+                          "        d_t = tl.load(draft_ids_ptr + jt, mask=has_d, other=-1)  # MUTANT (resample_kernel)\n")]},
         killers=("output_invariants", "greedy_chain"),
     ),
     Mutant(
@@ -389,10 +387,11 @@ MUTANTS: list[Mutant] = [
         "Bonus token drawn from the wrong row: cu[r + 1] (the next request's first row) instead of "
         "cu[r + 1] - 1.",
         TRITON,
-        _k(("    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n    if greedy:",
-            "    jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n    if greedy:"),
-           ("        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n        has_d",
-            "        jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n        has_d")),
+        {"kernels.py": [("    jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n    if greedy:",
+                         "    jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n    if greedy:")],
+         "residual.py": [("        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)\n        has_d",
+                          "        jt = tl.minimum(tl.maximum(tl.where(t == n, end, start + t), 0), N - 1)  # MUTANT\n"
+                          "        has_d")]},
         killers=("greedy_chain", "certified_equivalence"),
     ),
     Mutant(
@@ -506,10 +505,10 @@ MUTANTS: list[Mutant] = [
         "Padded (-1) model drafts resampled from max(p - q, 0) with the q of a step that proposed nothing "
         "(measured vLLM MRV2 behaviour; SPEC 4 resamples from p).",
         TRITON,
-        _k(("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        pos_t = tl.load(pos_ptr + jt)",
-            "        ok_t = has_d  # MUTANT: padded drafts use q\n        pos_t = tl.load(pos_ptr + jt)"),
-           ("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
-            "        ok_t = has_d  # MUTANT: padded drafts use q (resample_kernel)\n        thr")),
+        {"kernels.py": [("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        pos_t = tl.load(pos_ptr + jt)",
+                         "        ok_t = has_d  # MUTANT: padded drafts use q\n        pos_t = tl.load(pos_ptr + jt)")],
+         "residual.py": [("        ok_t = has_d & (d_t >= 0) & (d_t < Vp)\n        thr",
+                          "        ok_t = has_d  # MUTANT: padded drafts use q (resample_kernel)\n        thr")]},
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -584,7 +583,8 @@ MUTANTS: list[Mutant] = [
         "The block's resample residual taken as max(p - q, 0) (the token-wise one) instead of "
         "max(P_{tau-1} p - q, 0) after a partly accepted block.",
         TRITON,
-        _k(("l_scale = tl.load(l_res_ptr + r)", "l_scale = tl.full([BLOCK_R], 0.0, tl.float32)  # MUTANT: P = 1")),
+        {"residual.py": [("l_scale = tl.load(l_res_ptr + r)",
+                          "l_scale = tl.full([BLOCK_R], 0.0, tl.float32)  # MUTANT: P = 1")]},
         killers=("certified_equivalence", "output_invariants"),
     ),
     Mutant(

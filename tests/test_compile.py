@@ -116,19 +116,20 @@ def test_gate_catches_a_width_dependent_loop_carry(tmp_path):
 
 def test_launches_cover_every_specialization_axis():
     """The recorded launches reach every dtype, draft mode, logprobs mode, integer width and, in the
-    kernels that draw noise, stream family."""
+    kernels that read or draw noise, stream family (and the explicit family's two resamples)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
 
     module = aot.kernels_for_compile()
     backend = make_backend(GPUTarget("cuda", 90, 32))
-    seen, streams = {}, {}
+    seen, streams, resamples = {}, {}, {}
     for launch in aot.launches():
         fn = getattr(module, launch.kernel)
         for width in aot.WIDTHS:
             signature, constexprs, _, options = aot.specialization(fn, launch, backend, width)
             named = {fn.arg_names[path[0]]: value for path, value in constexprs.items()}
             streams.setdefault(launch.kernel, set()).add(named.get("STREAM"))
+            resamples.setdefault(launch.kernel, set()).add((named.get("STREAM"), named.get("RESAMPLE")))
             ints = {t for name, t in signature.items() if t in ("i32", "i64") and name not in aot.FLAGS}
             seen.setdefault(launch.kernel, set()).add(
                 (signature["target_ptr"], named.get("HAS_DRAFT"), named.get("PROCESSED", signature.get("PROCESSED")),
@@ -140,8 +141,12 @@ def test_launches_cover_every_specialization_axis():
     assert {p for _, _, p, _ in seen["log_softmax_kernel"]} == {1, "i32"}  # processed (1) and raw (0)
     for kernel, specs in seen.items():
         assert {ints for *_, ints in specs} == {frozenset({"i32"}), frozenset({"i64"})}, kernel
-    assert streams == {k: {"philox", "murmur3"} if k in ("verify_kernel", "resample_kernel") else {None}
-                       for k in aot.KERNELS}
+    # block_tau_kernel reads only the acceptance uniforms: 3b's are 3a's (one specialization for both)
+    families = {"verify_kernel": {"philox", "murmur3", "explicit"}, "resample_kernel": {"philox", "murmur3", "explicit"},
+                "block_tau_kernel": {"philox", "explicit"}}
+    assert streams == {k: families.get(k, {None}) for k in aot.KERNELS}
+    assert resamples["resample_kernel"] == {("philox", "gumbel"), ("murmur3", "gumbel"), ("explicit", "gumbel"),
+                                            ("explicit", "inverse_cdf")}
 
 
 def test_parameters_and_block_verification_add_no_specializations():

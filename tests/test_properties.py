@@ -9,9 +9,10 @@ The budget of the default run: the reference (NumPy) takes the profile's whole b
 that runs slowly here (the Triton sampler under the interpreter, the torch example on CPU) takes a
 share of its examples (tests/conftest.py), and its slow campaigns run in the long run only
 (RS_VERIFY_FULL=1, where every sampler takes the whole budget). The Triton sampler drawing the
-murmur3 family (SPEC 3b) runs, in the default run, the properties that concern a stream family
-(`FAMILY_PROPERTIES`), the rest in the long run: its kernels are the default family's but for the
-noise.
+murmur3 family (SPEC 3b), and the ones reading the explicit family's noise (SPEC 3c: Gumbel-max
+and inverse CDF), run, in the default run, the properties that concern a stream family
+(`FAMILY_PROPERTIES`), the rest in the long run: their kernels are the default family's but for the
+noise (and the explicit family's resample).
 """
 
 import pytest
@@ -36,19 +37,35 @@ GATED = {
     "reference": (lambda request: request.getfixturevalue("reference"), lambda: False),
     "triton": (lambda request: request.getfixturevalue("triton_sampler"), device.interpreted),
     "triton-murmur3": (lambda request: request.getfixturevalue("triton_murmur3_sampler"), device.interpreted),
+    "triton-explicit": (lambda request: request.getfixturevalue("triton_explicit_sampler"), device.interpreted),
+    "triton-explicit-icdf": (lambda request: request.getfixturevalue("triton_explicit_icdf_sampler"),
+                             device.interpreted),
     "torch": (lambda request: TorchSampler(), lambda: True),
 }
 # What a stream family changes (SPEC 3, 8): certification against the reference drawing that family
 # (Context.oracle), the stream's edge points, and the bit-for-bit equalities its noise must keep.
 FAMILY_PROPERTIES = frozenset({"certified_equivalence", "stream_edges", "chunked_equals_full", "output_invariants",
                                "determinism"})
-FAMILY_ONLY = {"triton-murmur3"}  # gated samplers that run only FAMILY_PROPERTIES in the default run
+# gated samplers that run only FAMILY_PROPERTIES in the default run
+FAMILY_ONLY = {"triton-murmur3", "triton-explicit", "triton-explicit-icdf"}
 
 
 @pytest.fixture(scope="module")
 def triton_murmur3_sampler():
     # the blocks of conftest's triton_sampler
     return TritonSampler(block_v=256, streams="murmur3") if device.interpreted() else TritonSampler(streams="murmur3")
+
+
+@pytest.fixture(scope="module")
+def triton_explicit_sampler():
+    # the batch's noise fields (SPEC 3c), resampled by Gumbel-max
+    return TritonSampler(block_v=256 if device.interpreted() else None, streams="explicit")
+
+
+@pytest.fixture(scope="module")
+def triton_explicit_icdf_sampler():
+    # the batch's noise fields, resampled by inverse CDF (SPEC 4)
+    return TritonSampler(block_v=256 if device.interpreted() else None, streams="explicit", resample="inverse_cdf")
 
 
 def _shared(gated: str) -> bool:

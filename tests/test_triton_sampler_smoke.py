@@ -252,7 +252,7 @@ def test_murmur3_chunked_equals_full_and_the_reference(murmur3_sampler):
     assert differ >= 3
 
 
-@pytest.mark.parametrize("streams", ["own", "explicit", "murmur", None])
+@pytest.mark.parametrize("streams", ["own", "gumbel", "murmur", None])
 def test_unknown_stream_family_is_refused(streams):
     from rs_verify.triton_sampler import TritonSampler
 

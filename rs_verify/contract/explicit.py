@@ -140,5 +140,6 @@ EXPLICIT = register(StreamFamily(
     noise=resample_gumbel,
     keyed_by="batch",
     fill=filled,
+    triton="explicit",
     doc="The batch's own noise fields (SGLang, FlashInfer before 0.2.3, vLLM V1 through its noise functions).",
 ))

@@ -7,7 +7,7 @@ changes, for one), so only a compile shows such errors before a GPU run.
 
 Which specializations: `launches()` (launches.py) runs `rejection_sample` on `meta` tensors with
 the kernels swapped for recorders, over every logits dtype, draft mode, logprobs mode, block
-size and stream family (the constexpr `STREAM`) asked for, and over vocabularies of each class
+size, stream family (the constexpr `STREAM`) and explicit resampling (`RESAMPLE`) asked for, and over vocabularies of each class
 Triton specializes an int on (a multiple of 16, any other size, and 1; the draft vocabulary independently). Each
 recorded launch is bound with Triton's own binder for the target, the code that picks a
 specialization at launch time (pointer dtypes and 16-byte alignment, ints equal to 1 or
@@ -54,6 +54,7 @@ from triton.compiler import ASTSource, make_backend
 from triton.language import standard
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
+from ..contract.explicit import RESAMPLE
 from . import kernels
 from .launches import DRAFT_MODES, KERNELS, VOCAB_CLASSES, Launch, launches
 from .sampler import TORCH_DTYPES
@@ -332,6 +333,7 @@ def main(argv=None) -> int:
     p.add_argument("--block-sizes", nargs="+", type=int)
     p.add_argument("--vocab-classes", nargs="+", choices=tuple(VOCAB_CLASSES))
     p.add_argument("--streams", nargs="+", choices=tuple(STREAMS))
+    p.add_argument("--resamples", nargs="+", choices=RESAMPLE)
     p.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(KERNELS))
     p.add_argument("--kernels-file", default=None)
     args = p.parse_args(argv)
@@ -339,7 +341,7 @@ def main(argv=None) -> int:
         print("rs-verify aot: triton was imported with TRITON_INTERPRET=1; run with TRITON_INTERPRET=0",
               file=sys.stderr)
         return 2
-    grid = {k: v for k in ("dtypes", "draft_modes", "block_sizes", "vocab_classes", "streams")
+    grid = {k: v for k in ("dtypes", "draft_modes", "block_sizes", "vocab_classes", "streams", "resamples")
             if (v := getattr(args, k)) is not None}
     _compile_here(args.arch, args.width, lambda r: print(RESULT_PREFIX + json.dumps(asdict(r)), flush=True), grid,
                   kernels=args.kernels, kernels_file=args.kernels_file)

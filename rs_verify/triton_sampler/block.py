@@ -67,8 +67,8 @@ def _block_z(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, l_scale, 
 
 @triton.jit
 def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
-               d_logsum_ptr, t_thr_ptr, t_cut_ptr, out_row, start, n, s, seed, t_div, N, K, V, Vd, Vp,
-               MASKED, HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
+               d_logsum_ptr, t_thr_ptr, t_cut_ptr, accept_ptr, out_row, start, n, s, seed, t_div, N, K, V, Vd, Vp,
+               MASKED, HAS_DRAFT: tl.constexpr, STREAM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
     """(tau, log P_{tau-1}) of BLOCK_R stochastic requests of n drafts at rows start.. (module
     docstring; one value per request in every argument from out_row to t_div). A request with
     n = 0 gets (0, 0); the steps run to the longest request's m, each request's own while i < m."""
@@ -126,7 +126,10 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
             den = z_next + one_m_p
             log_h = tl.where(den > 0.0, tl.log(z_next) - tl.log(tl.where(den > 0.0, den, 1.0)), 0.0)
             log_h = tl.where(nxt, log_h, l_p)
-        u = philox_acceptance(seed, tl.load(pos_ptr + j))
+        if STREAM == "explicit":  # SPEC 3c: the batch's float64 u_i, rounded to float32
+            u = tl.load(accept_ptr + j).to(tl.float32)
+        else:
+            u = philox_acceptance(seed, tl.load(pos_ptr + j))
         ok = act & (tl.log(u) <= log_h)
         tau = tl.where(ok, i + 1, tau)
         l_res = tl.where(ok, l_p, l_res)
@@ -141,16 +144,17 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
 @triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED"])
 def block_tau_kernel(
     target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
-    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr,
+    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, accept_ptr,
     sampled_ptr, tau_ptr, l_res_ptr,
     req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED,
-    HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+    HAS_DRAFT: tl.constexpr, STREAM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     """Grid: requests [req_off, req_end) of a chunk of a block batch, BLOCK_R per program, before
     `verify_kernel`. A stochastic request gets its accepted drafts in `sampled`, tau and log
     P_{tau-1} (`_block_tau`); a greedy one tau = -1 (verify_kernel verifies it token-wise). The
     vocabulary sizes are not specialized (fewer compiles; the Z pass loses the divisibility-by-16
-    alignment hints)."""
+    alignment hints). STREAM is the acceptance uniforms' family: "philox" (SPEC 3a, also 3b's) or
+    "explicit" (`accept_ptr[j]`, SPEC 3c)."""
     r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
@@ -162,9 +166,9 @@ def block_tau_kernel(
         end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
         n = tl.where(stochastic, tl.minimum(tl.maximum(end - start - 1, 0), K), 0).to(tl.int32)
         tau_s, l_res_s = _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsum_ptr, d_max_ptr,
-                                    d_logsum_ptr, t_thr_ptr, t_cut_ptr, sampled_ptr + r * (K + 1), start, n, s,
-                                    tl.load(seeds_ptr + s), tl.where(stochastic, temp, 1.0), N, K, V, Vd, Vp, MASKED,
-                                    HAS_DRAFT, BLOCK_R, BLOCK_V)
+                                    d_logsum_ptr, t_thr_ptr, t_cut_ptr, accept_ptr, sampled_ptr + r * (K + 1), start,
+                                    n, s, tl.load(seeds_ptr + s), tl.where(stochastic, temp, 1.0), N, K, V, Vd, Vp,
+                                    MASKED, HAS_DRAFT, STREAM, BLOCK_R, BLOCK_V)
         tau = tl.where(stochastic, tau_s, tau)
         l_res = tl.where(stochastic, l_res_s, l_res)
     tl.store(tau_ptr + r, tau, mask=live)

@@ -19,7 +19,9 @@ Sampling parameters (SPEC 2) arrive as two statistics per row from `mask_stats_k
 a keep threshold `thr` and a tie-id cutoff `cut`; every load of a target logit of a masked row
 applies `keep` (z > thr, or z == thr and x <= cut). `MASKED` (any parameter on in the batch) and
 `BLOCK` (block verification, SPEC 4b: block.py) are runtime flags, not specializations: a batch
-without them runs the same instructions as before they existed, one scalar branch aside.
+without them runs the same instructions as before they existed, one scalar branch aside. The
+stochastic draws of such batches, and of every batch of the explicit family (SPEC 3c), are
+`resample_kernel`'s (residual.py; its inverse-CDF resample: inverse_cdf.py).
 The mutants of mutants/catalogue.py patch this file's text by exact match: keep their anchors in step.
 """
 
@@ -30,7 +32,7 @@ from triton.language.standard import _elementwise_max as _MAX, _elementwise_min 
 from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .masks import _masked_stats, _row_masks
 from .murmur3 import murmur3_noise
-from .residual import _resample_masked
+from .residual import resample_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .streams import philox_acceptance, philox_gumbel, philox_resample_seed
 from .tiles import _tile_rows
 
@@ -66,7 +68,9 @@ STEP_BLOCK = tl.constexpr(16)
 #     "philox" (3a): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY), log(1 - v) by
 #     Goldberg's form (streams.py), g the
 #     row's resample seed; "murmur3" (3b): G_x of the hash of (seed, pos, x) (murmur3.py), g the
-#     seed itself. Only the kernels that draw noise take STREAM (verify_kernel, resample_kernel).
+#     seed itself; "explicit" (3c): the batch's noise fields, loaded (resample_kernel: residual.py).
+#     Only the kernels that read or draw noise take STREAM (verify_kernel, resample_kernel,
+#     block_tau_kernel).
 # ---------------------------------------------------------------------------
 
 
@@ -231,7 +235,7 @@ def mask_stats_kernel(
 
 @triton.jit(do_not_specialize=["req_off", "N", "R", "S", "K", "Vp", "MASKED", "BLOCK", "DEFER"])
 def verify_kernel(
-    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
+    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr, accept_ptr,
     t_max_ptr, t_logsum_ptr, t_arg_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, tau_ptr,
     sampled_ptr, num_sampled_ptr,
     req_off, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, DEFER,
@@ -240,8 +244,9 @@ def verify_kernel(
     """Grid: requests of a chunk. Acceptance tests of SPEC section 4 (with MASKED, of the masked
     p; with BLOCK, a stochastic request takes t = tau from `block_tau_kernel`: SPEC 4b), then one
     resample (first rejection, or tau < n) or bonus draw with STREAM's noise. `sampled` is pre-filled
-    with -1. With DEFER (set for MASKED or BLOCK batches) a stochastic request's draw is left to
-    `resample_kernel`, so this kernel's resample loop is the token-wise one, unmasked."""
+    with -1. With DEFER (set for MASKED or BLOCK batches, and for every batch of the explicit family,
+    whose acceptance u is `accept_ptr[j]`) a stochastic request's draw is left to `resample_kernel`
+    (residual.py), so this kernel's resample loop is the token-wise one, unmasked."""
     r = tl.minimum(tl.maximum(tl.program_id(0).to(tl.int64) + req_off, 0), R - 1)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)
@@ -272,7 +277,10 @@ def verify_kernel(
             acc = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
         else:
             j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
-            u = philox_acceptance(seed, j_pos)
+            if STREAM == "explicit":  # SPEC 3c: the batch's float64 u_j, rounded to float32
+                u = tl.load(accept_ptr + j_vec, mask=smask, other=0.5).to(tl.float32)
+            else:
+                u = philox_acceptance(seed, j_pos)
             zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
             zd = tl.div_rn(zd.to(tl.float32), t_div)
             zd = tl.where(zd == zd, zd, NEG_INF)
@@ -328,57 +336,6 @@ def verify_kernel(
     tok = tl.where((tok >= 0) & (tok < Vp), tok, 0)
     tl.store(out_row + t, tok.to(tl.int64))
     tl.store(num_sampled_ptr + r, (t + 1).to(tl.int32))
-
-
-@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK",
-                              "HAS_DRAFT"])
-def resample_kernel(
-    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
-    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, l_res_ptr,
-    sampled_ptr, num_sampled_ptr,
-    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, HAS_DRAFT,
-    STREAM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
-):
-    """Grid: requests [req_off, req_end) of a chunk of a MASKED or BLOCK batch, BLOCK_R per program,
-    after `verify_kernel` (which stored t + 1 in num_sampled). Draws a stochastic request's token at
-    row cu[r] + t (residual.py): the masked p, the residual max(P p - q, 0) with log P from
-    `block_tau_kernel` (model drafts), p without the rejected draft (one-hot), or p. HAS_DRAFT and
-    the vocabulary sizes are runtime values here: few specializations for a kernel only these
-    batches run."""
-    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
-    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
-    temp = tl.load(temp_ptr + s)
-    draws = live & (temp != 0.0)
-    if tl.reduce(draws.to(tl.int32), 0, _MAX) != 0:
-        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
-        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
-        n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
-        t = tl.minimum(tl.maximum(tl.load(num_sampled_ptr + r) - 1, 0), n)
-        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
-        has_d = t < n
-        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
-        ok_t = has_d & (d_t >= 0) & (d_t < Vp)
-        thr = tl.full([BLOCK_R], NEG_INF, tl.float32)
-        cut = tl.full([BLOCK_R], BIG_INDEX, tl.int32)
-        if MASKED:
-            thr = tl.load(t_thr_ptr + jt)
-            cut = tl.load(t_cut_ptr + jt)
-        l_scale = tl.full([BLOCK_R], 0.0, tl.float32)
-        if BLOCK:
-            l_scale = tl.load(l_res_ptr + r)
-        use_q = tl.where(HAS_DRAFT != 0, ok_t, False)
-        q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-        g = tl.load(seeds_ptr + s)  # murmur3 (SPEC 3b) hashes (seed, pos_t) itself
-        pos_t = tl.load(pos_ptr + jt)
-        if STREAM == "philox":
-            g = philox_resample_seed(g, pos_t)
-        q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
-        q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
-        excl = tl.where(ok_t & (use_q == 0), d_t, -1)
-        tok = _resample_masked(target_ptr + jt * V, q_row, Vp, tl.where(draws, temp, 1.0), tl.load(t_max_ptr + jt),
-                               tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, pos_t, use_q, excl, thr, cut, l_scale,
-                               draws, STREAM, BLOCK_R, BLOCK_V)
-        tl.store(sampled_ptr + r * (K + 1) + t, tok.to(tl.int64), mask=draws)
 
 
 @triton.jit(do_not_specialize=["row_off", "row_end", "N", "R", "S", "Vp", "MASKED"])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..contract import methods
+from ..contract.explicit import EXPLICIT, GUMBEL, RESAMPLE
 from . import sampler
 from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
 from .streams import DEFAULT_STREAMS, STREAMS
@@ -57,11 +58,12 @@ def _recording(sink, label):
         sampler.kernels = real
 
 
-def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False, streams=DEFAULT_STREAMS):
+def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False, streams=DEFAULT_STREAMS,
+            resample=GUMBEL):
     """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2;
     with `features`, with all three sampling parameters and block verification (SPEC 2, 4b); the
-    resampling noise of the stream family `streams` (SPEC 3)."""
-
+    random numbers of the stream family `streams` (SPEC 3; explicit: the batch's float64 noise,
+    resampled as `resample` says, SPEC 4)."""
 
     def empty(shape, dt):
         return torch.empty(shape, dtype=dt, device="meta")
@@ -73,6 +75,9 @@ def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=
     if features:
         extra = dict(top_k=empty(s, torch.int32), top_p=empty(s, torch.float32), min_p=empty(s, torch.float32),
                      verification=methods.BLOCK.name)
+    if streams == EXPLICIT.name:
+        extra.update(accept_uniforms=empty(n, torch.float64), resample_gumbel=empty((r, min(v, vd)), torch.float64),
+                     resample_uniforms=empty(r, torch.float64), resample=resample)
     with _recording(sink, label):
         rejection_sample(
             empty((n, v), logits), empty((s, k, vd), logits) if drafts == "model" else None,
@@ -84,7 +89,7 @@ def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=
 
 
 def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes=(DEFAULT_BLOCK_V,),
-             vocab_classes=tuple(VOCAB_CLASSES), streams=tuple(STREAMS)) -> list[Launch]:
+             vocab_classes=tuple(VOCAB_CLASSES), streams=tuple(STREAMS), resamples=RESAMPLE) -> list[Launch]:
     """Every launch `rejection_sample` makes over the batch shapes asked for (repeats included),
     each batch shape without and with sampling parameters and block verification (runtime flags:
     the same specializations, plus `mask_stats_kernel`'s).
@@ -94,11 +99,14 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
     - block_sizes: `block_v` values (powers of two >= 16).
     - vocab_classes: keys of `VOCAB_CLASSES`, for the target and (model drafts, at most V) the draft vocabulary.
     - streams: stream families the sampler draws (`streams.STREAMS`, SPEC 3): the constexpr `STREAM`
-      of the kernels that draw noise; the default family's launches come first.
+      of the kernels that read or draw noise; the default family's launches come first.
+    - resamples: how the explicit family resamples (SPEC 4: `resample_kernel`'s constexpr
+      `RESAMPLE`); the other families resample by Gumbel-max only.
     """
     out = []
     sizes = [VOCAB_CLASSES[c] for c in vocab_classes]
-    for family in streams:
+    pairs = [(f, m) for f in streams for m in (resamples if f == EXPLICIT.name else (GUMBEL,))]
+    for family, resample in pairs:
         for dtype in dtypes:
             for drafts in draft_modes:
                 for block_v in block_sizes:
@@ -107,7 +115,9 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
                             label = f"{dtype}, {drafts} drafts, BLOCK_V={block_v}, V={v}"
                             label += f", Vd={vd}" if drafts == "model" else ""
                             label += "" if family == DEFAULT_STREAMS else f", {family} streams"
+                            label += "" if resample == GUMBEL else f", {resample} resample"
                             for mode in (None, "raw", "processed"):
                                 for features in (False, True):
-                                    _record(out, label, dtype, drafts, v, vd, block_v, mode, features, family)
+                                    _record(out, label, dtype, drafts, v, vd, block_v, mode, features, family,
+                                            resample)
     return out

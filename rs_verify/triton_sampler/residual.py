@@ -1,7 +1,7 @@
-"""The resample of batches with sampling parameters or block verification (Triton, plain `tl`).
+"""The resample of batches with sampling parameters, block verification or explicit noise (Triton).
 
-`resample_kernel` (kernels.py) draws, for such a batch, every stochastic request's token at row
-cu[r] + t with `_resample_masked`: SPEC 4's Gumbel-max argmax_x (log r(x) + G_x) of
+`resample_kernel` (one of kernels.py's pipeline) draws, for such a batch, every stochastic
+request's token at row cu[r] + t with `_resample_masked`: SPEC 4's Gumbel-max argmax_x (log r(x) + G_x) of
 `kernels._resample` (the same noise, the same log-domain residual, the same fallback to p when
 the residual has no positive mass), with
 
@@ -11,7 +11,11 @@ the residual has no positive mass), with
   log domain log r = log P + log p + log(1 - q / (P p)), and the constant log P is left out of the
   score (it does not move the argmax); P p counts as 0 below the float64 range (LOG_P_MIN);
 - model or one-hot drafts decided at run time (`use_q`, `excl`), so one specialization serves
-  both.
+  both;
+- the explicit family's noise (SPEC 3c, `STREAM == "explicit"`): `G_x = resample_gumbel[r, x]`
+  (float64, rounded to float32), `g` then the pointer to request r's row; with the constexpr
+  `RESAMPLE == "inverse_cdf"` the token is the inverse CDF of `U_r = resample_uniforms[r]` over the
+  same residual instead (`inverse_cdf._resample_inverse_cdf`).
 
 It is a separate function (and kernel) so that the token-wise `_resample` loop of batches
 without parameters stays as it was: the mask's registers pushed that loop past 128 registers per
@@ -22,8 +26,10 @@ import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN  # see masks.py
 
+from .inverse_cdf import _resample_inverse_cdf
 from .murmur3 import murmur3_noise
-from .streams import philox_gumbel
+from .streams import philox_gumbel, philox_resample_seed
+from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
@@ -35,7 +41,7 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
                      l_scale, rmask, STREAM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
     """argmax_x (log r(x) + G_x) over [0, n) of the masked p (see the module docstring), for each of
     the BLOCK_R rows (every other argument but n one per row; rows without `rmask` read nothing), with
-    STREAM's noise as in `kernels._resample`."""
+    STREAM's noise as in `kernels._resample` (explicit: `g` points at the request's Gumbel row)."""
     offs = tl.arange(0, BLOCK_V)
     best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
     best_ri = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
@@ -65,6 +71,8 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         log_p = (z - m_col) - log_s_col
         if STREAM == "murmur3":
             gum = murmur3_noise(g_col, pos_col, idx)
+        elif STREAM == "explicit":  # g: request r's row of resample_gumbel
+            gum = tl.load(g_col + idx, mask=mask, other=0.0).to(tl.float32)
         else:
             gum = philox_gumbel(g_col, idx)
         sp = log_p + gum
@@ -93,3 +101,63 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
     ir = tl.reduce(tl.where(best_r == mr[:, None], best_ri, BIG_INDEX), 1, _MIN)
     tok = tl.where(mr > NEG_INF, ir, ip)
     return tl.where((tok >= 0) & (tok < n), tok, 0)
+
+
+@triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK",
+                              "HAS_DRAFT"])
+def resample_kernel(
+    target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, cu_ptr, idx_ptr, temp_ptr, seeds_ptr,
+    t_max_ptr, t_logsum_ptr, d_max_ptr, d_logsum_ptr, t_thr_ptr, t_cut_ptr, l_res_ptr, gumbel_ptr, unif_ptr,
+    sampled_ptr, num_sampled_ptr,
+    req_off, req_end, N, R, S, K, V, Vd, Vp, MASKED, BLOCK, HAS_DRAFT,
+    STREAM: tl.constexpr, RESAMPLE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """Grid: requests [req_off, req_end) of a chunk of a MASKED, BLOCK or explicit batch, BLOCK_R per
+    program, after `verify_kernel` (which stored t + 1 in num_sampled). Draws a stochastic request's
+    token at row cu[r] + t (module docstring): the masked p, the residual max(P p - q, 0) with log P
+    from `block_tau_kernel` (model drafts), p without the rejected draft (one-hot), or p; by
+    Gumbel-max with STREAM's noise (explicit: `gumbel_ptr[r, :Vp]`), or by inverse CDF of
+    `unif_ptr[r]` (RESAMPLE "inverse_cdf", explicit only). HAS_DRAFT and the vocabulary sizes are
+    runtime values here: few specializations for a kernel only these batches run."""
+    r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
+    s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
+    temp = tl.load(temp_ptr + s)
+    draws = live & (temp != 0.0)
+    if tl.reduce(draws.to(tl.int32), 0, _MAX) != 0:
+        start = tl.minimum(tl.maximum(tl.load(cu_ptr + r).to(tl.int64), 0), N)
+        end = tl.minimum(tl.maximum(tl.load(cu_ptr + r + 1).to(tl.int64), start), N)
+        n = tl.minimum(tl.maximum(end - start - 1, 0), K).to(tl.int32)
+        t = tl.minimum(tl.maximum(tl.load(num_sampled_ptr + r) - 1, 0), n)
+        jt = tl.minimum(tl.maximum(start + t, 0), N - 1)
+        has_d = t < n
+        d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
+        ok_t = has_d & (d_t >= 0) & (d_t < Vp)
+        thr = tl.full([BLOCK_R], NEG_INF, tl.float32)
+        cut = tl.full([BLOCK_R], BIG_INDEX, tl.int32)
+        if MASKED:
+            thr = tl.load(t_thr_ptr + jt)
+            cut = tl.load(t_cut_ptr + jt)
+        l_scale = tl.full([BLOCK_R], 0.0, tl.float32)
+        if BLOCK:
+            l_scale = tl.load(l_res_ptr + r)
+        use_q = tl.where(HAS_DRAFT != 0, ok_t, False)
+        q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
+        g = tl.load(seeds_ptr + s)  # murmur3 (SPEC 3b) hashes (seed, pos_t) itself
+        pos_t = tl.load(pos_ptr + jt)
+        if STREAM == "philox":
+            g = philox_resample_seed(g, pos_t)
+        if STREAM == "explicit":  # SPEC 3c: request r's own noise, wherever it samples
+            g = gumbel_ptr + r * Vp
+        q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
+        q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
+        excl = tl.where(ok_t & (use_q == 0), d_t, -1)
+        if RESAMPLE == "inverse_cdf":  # SPEC 4: U_r of the batch, rounded to float32
+            u = tl.load(unif_ptr + r, mask=draws, other=0.5).to(tl.float32)
+            tok = _resample_inverse_cdf(target_ptr + jt * V, q_row, Vp, tl.where(draws, temp, 1.0), tl.load(t_max_ptr + jt),
+                                        tl.load(t_logsum_ptr + jt), q_m, q_log_s, u, use_q, excl, thr, cut, l_scale,
+                                        draws, BLOCK_R, BLOCK_V)
+        else:
+            tok = _resample_masked(target_ptr + jt * V, q_row, Vp, tl.where(draws, temp, 1.0), tl.load(t_max_ptr + jt),
+                                   tl.load(t_logsum_ptr + jt), q_m, q_log_s, g, pos_t, use_q, excl, thr, cut, l_scale,
+                                   draws, STREAM, BLOCK_R, BLOCK_V)
+        tl.store(sampled_ptr + r * (K + 1) + t, tok.to(tl.int64), mask=draws)

@@ -26,7 +26,8 @@ Kernel pipeline, per call (`rejection_sample`):
       SPEC section 4 for all steps at once (they are independent; vectors of
       16 steps), first rejection `t` = the lowest failing step (greedy:
       `d == argmax`; one-hot: `log p(d) > log u`; model drafts:
-      `log p(d) > log u + log q(d)`; `u = max(rand(seed, pos), TINY)`;
+      `log p(d) > log u + log q(d)`; `u = max(rand(seed, pos), TINY)`, or the explicit
+      family's `accept_uniforms[j]` rounded to float32 (SPEC 3c);
       padded or out-of-range drafts rejected), then ONE Gumbel-max draw at
       row `t` (the first rejection, or the bonus row):
       `argmax_x log r(x) + G_x`, `G_x` the noise of the family `streams` (SPEC 3),
@@ -38,6 +39,11 @@ Kernel pipeline, per call (`rejection_sample`):
       emitted token into `sampled[r]`, and `num_sampled[r] = t + 1`. In a
       block batch a stochastic request skips the acceptance tests: `t = tau`
       and the model residual is `max(P_{tau-1} p - q, 0)`.
+   b'. Only for a batch with sampling parameters, block verification or the explicit family:
+      `resample_kernel`, one program per `block_rows` requests, draws each stochastic request's
+      token instead of `verify_kernel` (residual.py): masked `p`, the block residual, the batch's
+      `resample_gumbel[r]`, or the inverse CDF of `resample_uniforms[r]` for an explicit sampler
+      that declares `resample="inverse_cdf"` (SPEC 4; inverse_cdf.py).
    c. Only with logprobs: the chunk's rows, in blocks of at most
       `max_chunk_logits` rows, go through `log_softmax_kernel` into ONE
       preallocated FP32 buffer (log-softmax over the whole `[0, V)` of the raw
@@ -51,7 +57,8 @@ the request order, the other requests or `block_rows` (`BLOCK_R`: 1 on CUDA, 16 
 or requests per program through the interpreter, where a program's cost is its `tl`
 operations, not its lanes; `verify_kernel` keeps one request per program: its tiled
 form spilled registers at sm_80). Kernels are specialized on `BLOCK_V`,
-`HAS_DRAFT`, `STREAM` (the family's noise: streams.py), the logits dtype and, by Triton's default, on the vocabulary sizes
+`HAS_DRAFT`, `STREAM` (the family's noise: streams.py), `RESAMPLE` (resample_kernel: "gumbel" or
+"inverse_cdf"), the logits dtype and, by Triton's default, on the vocabulary sizes
 `V` / `Vd` (equal to 1, divisible by 16) and `PROCESSED`; offsets, counts and the
 flags `MASKED` / `BLOCK` are `do_not_specialize` (a batch with parameters or block
 verification reuses the token-wise kernels' specializations; `mask_stats_kernel` and
@@ -70,14 +77,12 @@ import numpy as np
 import torch
 import triton
 
-from ..contract import methods
-from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
-from ..contract.chunking import empty_output, iter_request_chunks, max_chunk_logits as default_max_chunk_logits
-from ..contract.validation import check_structure, validate as validate_batch
+from ..contract.chunking import iter_request_chunks, max_chunk_logits as default_max_chunk_logits
+from ..contract.explicit import GUMBEL
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
-from .shapes import check_shapes
-from .streams import DEFAULT_STREAMS, stream_family
+from .shapes import check_noise, check_shapes
+from .streams import DEFAULT_STREAMS, resample_method, stream_family
 
 DEFAULT_BLOCK_V = 1024
 NUM_WARPS = 4
@@ -146,6 +151,10 @@ def rejection_sample(
     top_p: torch.Tensor | None = None,
     min_p: torch.Tensor | None = None,
     verification: str = "token", streams: str = DEFAULT_STREAMS,
+    accept_uniforms: torch.Tensor | None = None,
+    resample_gumbel: torch.Tensor | None = None,
+    resample_uniforms: torch.Tensor | None = None,
+    resample: str = GUMBEL,
 ):
     """Verify a batch held in device tensors (SPEC sections 2-7); no validation.
 
@@ -161,6 +170,9 @@ def rejection_sample(
     (float32 [S]) are SPEC 2's sampling parameters (None: off for every state; pass None rather
     than an all-off tensor, which pays the masked path's scalar loads); `verification` is
     "token" (SPEC 4) or "block" (SPEC 4b); `streams` the family of the noise (SPEC 3; `streams.STREAMS`).
+    The explicit family (SPEC 3c) reads its noise from `accept_uniforms` (float64 [N]) and, as
+    `resample` says (SPEC 4), `resample_gumbel` (float64 [R, V'], "gumbel") or `resample_uniforms`
+    (float64 [R], "inverse_cdf"); the other families ignore them.
 
     Returns `(sampled int64 [R, K+1], num_sampled int32 [R], logprobs)` on the
     device, with `logprobs = (token_ids int64 [N, k+1], logprobs float32
@@ -172,7 +184,8 @@ def rejection_sample(
                   temperature, seeds, num_speculative_steps, num_logprobs, logprobs_mode, params, verification)
     block = _check_block_v(block_v)
     rows_per = _check_block_rows(block_rows)
-    stream = stream_family(streams).triton
+    family = stream_family(streams)
+    stream, resample = family.triton, resample_method(family, resample)
     mask_block = (min(block, max(16, INTERPRETED_MASK_ELEMS // rows_per)) if _interpreted()
                   else min(block, MASK_BLOCK))
     device = target_logits.device
@@ -185,6 +198,8 @@ def rejection_sample(
     has_draft = draft_logits is not None
     vd = draft_logits.shape[2] if has_draft else v
     v_eff = min(v, vd)
+    noise = check_noise(stream == "explicit", resample, n, r, v_eff, accept_uniforms, resample_gumbel,
+                        resample_uniforms)
     cap = default_max_chunk_logits(v) if max_chunk_logits is None else int(max_chunk_logits)
     if cap < 1:
         raise ValueError(f"max_chunk_logits must be >= 1, got {cap}")
@@ -245,7 +260,11 @@ def rejection_sample(
     # SPEC 4b: tau and log P_{tau-1} per request (block batches; else stand-ins of the same dtypes)
     tau = torch.empty(r, dtype=torch.int32, device=device) if block_mode else t_arg
     l_res = torch.empty(r, dtype=torch.float32, device=device) if block_mode else t_max
-    defer = int(masked or block_mode)  # their stochastic draws: resample_kernel (residual.py)
+    # SPEC 3c's noise, float64 on the device (else stand-ins, never read); its acceptance u feeds
+    # verify_kernel / block_tau_kernel, its draws are resample_kernel's
+    accept_d, gumbel_d, unif_d = (dev(x, torch.float64) if x is not None else t_max for x in noise)
+    accept_stream = "explicit" if stream == "explicit" else "philox"  # SPEC 3b's acceptance is 3a's
+    defer = int(masked or block_mode or stream == "explicit")  # their stochastic draws: resample_kernel (residual.py)
 
     buf = None
     if logprobs is not None:
@@ -280,13 +299,13 @@ def rejection_sample(
             if block_mode:
                 kernels.block_tau_kernel[(triton.cdiv(b - a, rows_per),)](
                     target, draft, ids, pos_d, cu, idx, temp, seeds_d,
-                    t_max, t_logsum, d_max, d_logsum, t_thr, t_cut,
+                    t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, accept_d,
                     sampled, tau, l_res,
                     a, b, n, r, s, k, v, vd, v_eff, masked,
-                    HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
+                    HAS_DRAFT=has_draft, STREAM=accept_stream, BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
             kernels.verify_kernel[(b - a,)](
-                target, draft, ids, pos_d, cu, idx, temp, seeds_d,
+                target, draft, ids, pos_d, cu, idx, temp, seeds_d, accept_d,
                 t_max, t_logsum, t_arg, d_max, d_logsum, t_thr, t_cut, tau,
                 sampled, num_sampled,
                 a, n, r, s, k, v, vd, v_eff, masked, block_mode, defer,
@@ -295,10 +314,10 @@ def rejection_sample(
             if defer:
                 kernels.resample_kernel[(triton.cdiv(b - a, rows_per),)](
                     target, draft, ids, pos_d, cu, idx, temp, seeds_d,
-                    t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, l_res,
+                    t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, l_res, gumbel_d, unif_d,
                     sampled, num_sampled,
                     a, b, n, r, s, k, v, vd, v_eff, masked, block_mode, int(has_draft),
-                    STREAM=stream, BLOCK_R=rows_per, BLOCK_V=block, **launch,
+                    STREAM=stream, RESAMPLE=resample, BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
             if buf is None:
                 continue
@@ -316,105 +335,3 @@ def rejection_sample(
                 lp_vals[blo:bhi] = t_vals
                 lp_ranks[blo:bhi] = t_ranks
     return sampled, num_sampled, logprobs
-
-
-class TritonSampler:
-    """The production sampler under the SPEC section 10 protocol.
-
-    - cap_bytes: bytes of FP32 processed logits one chunk may hold (`max_chunk_logits(V, cap_bytes)`).
-    - block_v: vocabulary block of the kernels (a power of two >= 16; default 1024).
-    - block_rows: rows (or requests) per program of the tiled kernels (a power of two; default 1 on CUDA,
-      INTERPRETED_BLOCK_ROWS through the interpreter).
-    - validate: run `rs_verify.contract.validation.validate` before any device work.
-    - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
-    - streams: the noise's stream family, declared as `self.streams`: "triton-philox" or "murmur3" (SPEC 3).
-
-    Reports `extras["max_buffer_rows"]` (rows of the FP32 processed-logits buffer
-    allocated, 0 without logprobs) and `extras["num_chunks"]`.
-    """
-
-    name = "triton"
-    supports_chunking = True
-    streams = DEFAULT_STREAMS  # SPEC 3a; an instance declares its own (`streams=`)
-    memory_stats = True  # extras["max_buffer_rows"] is reported
-    verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})
-    sampling_params = frozenset({"min_p", "top_k", "top_p"})
-
-    def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,
-                 device=None, block_rows: int | None = None, streams: str = DEFAULT_STREAMS):
-        self.streams = stream_family(streams).name
-        self.cap_bytes = int(cap_bytes)
-        self.block_v = _check_block_v(block_v)
-        self.block_rows = _check_block_rows(block_rows)
-        self.validate = bool(validate)
-        self.device = torch.device(default_device() if device is None else device)
-        self.interpreted = self.device.type != "cuda"
-
-    def unvalidated(self) -> "TritonSampler":
-        """The same sampler with validation off (SPEC section 9: still memory-safe)."""
-        return TritonSampler(cap_bytes=self.cap_bytes, block_v=self.block_v, validate=False, device=self.device,
-                             block_rows=self.block_rows, streams=self.streams)
-
-    def __repr__(self) -> str:
-        return (f"TritonSampler(cap_bytes={self.cap_bytes}, block_v={self.block_v}, block_rows={self.block_rows}, "
-                f"validate={self.validate}, device={str(self.device)!r}, streams={self.streams!r})")
-
-    def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
-        # Without validation the values go unchecked (the kernels clamp every index), but a batch
-        # whose arrays have the wrong dtypes or shapes cannot even be sized: refused up front.
-        (validate_batch if self.validate else check_structure)(batch)
-        v = batch.vocab_size
-        cap = default_max_chunk_logits(v, self.cap_bytes) if max_chunk_logits is None else int(max_chunk_logits)
-        if batch.num_reqs == 0:
-            out = empty_output(batch)
-            out.extras.update(max_buffer_rows=0, num_chunks=0)
-            return out
-        dtype = TORCH_DTYPES.get(batch.logits_dtype)
-        if dtype is None:
-            raise ValueError(f"logits_dtype: unknown dtype {batch.logits_dtype!r}")
-        dev = self.device
-
-        def t(a, dt=None):
-            x = torch.from_numpy(np.array(a, copy=True))
-            return x.to(device=dev, dtype=dt) if dt is not None else x.to(dev)
-
-        # A parameter that is off for every state is not sent: such a batch takes the unmasked path.
-        params = {name: t(a, dt) for name, dt, off in (("top_k", torch.int32, 0), ("top_p", torch.float32, 1),
-                                                       ("min_p", torch.float32, 0))
-                  if (a := getattr(batch, name)) is not None and (np.asarray(a) != off).any()}
-        info = {}
-        sampled, num_sampled, lp = rejection_sample(
-            t(batch.target_logits, dtype),
-            None if batch.draft_logits is None else t(batch.draft_logits, dtype),
-            t(batch.draft_token_ids, torch.int64),
-            t(batch.cu_num_logits, torch.int32),
-            t(batch.pos, torch.int64),
-            t(batch.idx_mapping, torch.int32),
-            t(batch.temperature, torch.float32),
-            t(batch.seeds, torch.int64),
-            num_speculative_steps=batch.num_speculative_steps,
-            max_chunk_logits=cap,
-            num_logprobs=batch.num_logprobs,
-            logprobs_mode=batch.logprobs_mode,
-            block_v=self.block_v,
-            block_rows=self.block_rows,
-            cu_num_logits_host=np.asarray(batch.cu_num_logits),
-            info=info,
-            verification=batch.verification, streams=self.streams,
-            **params,
-        )
-        logprobs = None
-        if lp is not None:
-            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]
-            logprobs = LogprobsTensors(
-                token_ids=lp[0].cpu().numpy(),
-                logprobs=lp[1].cpu().numpy(),
-                ranks=lp[2].cpu().numpy(),
-                cu_num_generated_tokens=None if batch.num_logits == batch.num_reqs else cu,
-            )
-        return SamplerOutput(
-            sampled=sampled.cpu().numpy(),
-            num_sampled=num_sampled.cpu().numpy(),
-            logprobs=logprobs,
-            extras=info,
-        )

@@ -1,5 +1,7 @@
 """Shape checks of `rejection_sample`'s arguments: what memory safety needs even without validation."""
 
+from ..contract.explicit import INVERSE_CDF
+
 from ..contract.methods import BLOCK, TOKEN
 
 
@@ -42,3 +44,24 @@ def check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, po
         bad(f"logprobs_mode: unknown mode {logprobs_mode!r}")
     if verification not in (TOKEN.name, BLOCK.name):
         bad(f"verification: unknown method {verification!r}")
+
+
+def check_noise(explicit, resample, n, r, vocab, accept_uniforms, resample_gumbel, resample_uniforms):
+    """The explicit family's noise tensors the kernels read (SPEC 3c), by shape: `accept_uniforms`
+    [N], then `resample_gumbel` [R, V'] (Gumbel-max) or `resample_uniforms` [R] (inverse CDF); a
+    missing one is a `ValueError` naming it. Returns the three, the ones not read as None (for
+    another family: all None)."""
+    if not explicit:
+        return None, None, None
+    read = {"accept_uniforms": (accept_uniforms, (n,))}
+    if resample == INVERSE_CDF:
+        read["resample_uniforms"] = (resample_uniforms, (r,))
+    else:
+        read["resample_gumbel"] = (resample_gumbel, (r, vocab))
+    for name, (t, shape) in read.items():
+        if t is None:
+            raise ValueError(f"{name}: the explicit stream family reads it (SPEC 3c), and none was given")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
+    return tuple(read[name][0] if name in read else None
+                 for name in ("accept_uniforms", "resample_gumbel", "resample_uniforms"))

@@ -4,7 +4,10 @@ A family the sampler offers has its helpers here or in a module of its own, name
 `StreamFamily.triton` (`rs_verify.contract.streams`), and is listed in `KERNEL_STREAMS`: the
 kernels that draw noise take that name as their constexpr `STREAM`; `stream_family` checks a
 sampler's `streams` against `STREAMS`, the registered families so offered. `murmur3` (SPEC 3b)
-is murmur3.py's `murmur3_noise`; `triton-philox` (SPEC 3a) is `philox`:
+is murmur3.py's `murmur3_noise`; `explicit` (SPEC 3c) draws nothing: the kernels load the batch's
+float64 `accept_uniforms[j]` and `resample_gumbel[r, x]`, rounded to float32, and resample by
+Gumbel-max or, declared `resample="inverse_cdf"` (`resample_method`), by inverse CDF over
+`resample_uniforms[r]` (inverse_cdf.py); `triton-philox` (SPEC 3a) is `philox`:
 
 - `philox_acceptance(seed, pos)`: `u = max(rand(seed, pos), TINY)`, float32;
 - `philox_resample_seed(seed, pos)`: `g = randint(seed, pos)`, the uint32 block `tl.randint`
@@ -24,6 +27,7 @@ import triton
 import triton.language as tl
 
 from ..contract import streams as stream_families
+from ..contract.explicit import EXPLICIT, GUMBEL, RESAMPLE
 
 TINY = tl.constexpr(4.6566127342e-10)  # SPEC 3's floor of every uniform
 SCALE = tl.constexpr(4.6566127342e-10)  # Triton's int32 -> uniform scale (tl.uint_to_uniform_float)
@@ -55,7 +59,7 @@ def philox_gumbel(g, x):
 # -- which family the kernels draw (a constexpr of theirs), host side --------------------------
 # The `StreamFamily.triton` helpers the kernels hold (streams.py, murmur3.py): the values of their
 # constexpr STREAM; STREAMS, the registered families the sampler draws with them (SPEC 3).
-KERNEL_STREAMS = ("philox", "murmur3")
+KERNEL_STREAMS = ("philox", "murmur3", "explicit")
 STREAMS = tuple(f.name for f in stream_families.shipped() if f.triton in KERNEL_STREAMS)
 DEFAULT_STREAMS = "triton-philox"
 
@@ -71,3 +75,13 @@ def stream_family(streams) -> stream_families.StreamFamily:
         raise ValueError(f"streams: the Triton sampler draws the stream families {list(STREAMS)} (SPEC 3, "
                          f"by name or alias), not {streams!r}")
     return record
+
+
+def resample_method(record: stream_families.StreamFamily, resample) -> str:
+    """How a sampler of the family `record` resamples (SPEC 4): "gumbel", or "inverse_cdf" with the
+    explicit family only (its batch carries `resample_uniforms`); `ValueError` otherwise."""
+    if resample not in RESAMPLE:
+        raise ValueError(f"resample: one of {list(RESAMPLE)}, not {resample!r}")
+    if resample != GUMBEL and record is not EXPLICIT:
+        raise ValueError(f"resample: {resample!r} needs the explicit stream family (SPEC 3c and 4), not {record.name!r}")
+    return resample

@@ -1,0 +1,146 @@
+"""`TritonSampler`: the production Triton sampler (`sampler.rejection_sample`) under SPEC 10's protocol.
+
+It takes a `SpecBatch` on the host, validates it (or, `validate=False`, checks only what memory
+safety needs: SPEC 9), moves it to its device (CUDA, or CPU tensors through Triton's
+interpreter), verifies it chunk by chunk and returns host NumPy arrays. It declares its stream
+family (`streams`, SPEC 3) and, for the explicit family, how it resamples (`resample`, SPEC 4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..contract import methods
+from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from ..contract.chunking import empty_output, max_chunk_logits as default_max_chunk_logits
+from ..contract.explicit import EXPLICIT, GUMBEL
+from ..contract.validation import check_structure, validate as validate_batch
+from .sampler import TORCH_DTYPES, _check_block_rows, _check_block_v, default_device, rejection_sample
+from .shapes import check_noise
+from .streams import DEFAULT_STREAMS, resample_method, stream_family
+
+
+class TritonSampler:
+    """The production sampler under the SPEC section 10 protocol.
+
+    - cap_bytes: bytes of FP32 processed logits one chunk may hold (`max_chunk_logits(V, cap_bytes)`).
+    - block_v: vocabulary block of the kernels (a power of two >= 16; default 1024).
+    - block_rows: rows (or requests) per program of the tiled kernels (a power of two; default 1 on CUDA,
+      INTERPRETED_BLOCK_ROWS through the interpreter).
+    - validate: run `rs_verify.contract.validation.validate` before any device work.
+    - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
+    - streams: the noise's stream family, declared as `self.streams`: "triton-philox", "murmur3" or
+      "explicit" (SPEC 3; explicit: the batch's `accept_uniforms` and `resample_gumbel` or
+      `resample_uniforms`, and a batch without the ones read is refused, SPEC 9).
+    - resample: the explicit family's resampling, declared as `self.resample` (SPEC 4 and 10):
+      "gumbel" (the default: Gumbel-max over `resample_gumbel`) or "inverse_cdf" (over
+      `resample_uniforms`); any other family resamples by Gumbel-max and takes no `resample=`.
+
+    Reports `extras["max_buffer_rows"]` (rows of the FP32 processed-logits buffer
+    allocated, 0 without logprobs) and `extras["num_chunks"]`.
+    """
+
+    name = "triton"
+    supports_chunking = True
+    streams = DEFAULT_STREAMS  # SPEC 3a; an instance declares its own (`streams=`)
+    resample = GUMBEL  # SPEC 4; an explicit sampler's instance declares its own (`resample=`)
+    memory_stats = True  # extras["max_buffer_rows"] is reported
+    verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})
+    sampling_params = frozenset({"min_p", "top_k", "top_p"})
+
+    def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,
+                 device=None, block_rows: int | None = None, streams: str = DEFAULT_STREAMS,
+                 resample: str | None = None):
+        family = stream_family(streams)
+        if resample is not None and family is not EXPLICIT:
+            raise ValueError(f"resample: only the explicit stream family chooses how it resamples (SPEC 4), "
+                             f"not {family.name!r}")
+        self.streams = family.name
+        self.resample = resample_method(family, GUMBEL if resample is None else resample)
+        self.cap_bytes = int(cap_bytes)
+        self.block_v = _check_block_v(block_v)
+        self.block_rows = _check_block_rows(block_rows)
+        self.validate = bool(validate)
+        self.device = torch.device(default_device() if device is None else device)
+        self.interpreted = self.device.type != "cuda"
+
+    def unvalidated(self) -> "TritonSampler":
+        """The same sampler with validation off (SPEC section 9: still memory-safe)."""
+        return TritonSampler(cap_bytes=self.cap_bytes, block_v=self.block_v, validate=False, device=self.device,
+                             block_rows=self.block_rows, streams=self.streams, resample=self._resample_kwarg())
+
+    def _resample_kwarg(self) -> str | None:
+        return self.resample if self.streams == EXPLICIT.name else None
+
+    def __repr__(self) -> str:
+        return (f"TritonSampler(cap_bytes={self.cap_bytes}, block_v={self.block_v}, block_rows={self.block_rows}, "
+                f"validate={self.validate}, device={str(self.device)!r}, streams={self.streams!r}"
+                + ("" if self._resample_kwarg() is None else f", resample={self.resample!r}") + ")")
+
+    def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
+        # Without validation the values go unchecked (the kernels clamp every index), but a batch
+        # whose arrays have the wrong dtypes or shapes cannot even be sized: refused up front.
+        (validate_batch if self.validate else check_structure)(batch)
+        explicit = self.streams == EXPLICIT.name
+        noise = check_noise(explicit, self.resample, batch.num_logits, batch.num_reqs, batch.effective_vocab_size,
+                            batch.accept_uniforms, batch.resample_gumbel, batch.resample_uniforms)
+        v = batch.vocab_size
+        cap = default_max_chunk_logits(v, self.cap_bytes) if max_chunk_logits is None else int(max_chunk_logits)
+        if batch.num_reqs == 0:
+            out = empty_output(batch)
+            out.extras.update(max_buffer_rows=0, num_chunks=0)
+            return out
+        dtype = TORCH_DTYPES.get(batch.logits_dtype)
+        if dtype is None:
+            raise ValueError(f"logits_dtype: unknown dtype {batch.logits_dtype!r}")
+        dev = self.device
+
+        def t(a, dt=None):
+            x = torch.from_numpy(np.array(a, copy=True))
+            return x.to(device=dev, dtype=dt) if dt is not None else x.to(dev)
+
+        # A parameter that is off for every state is not sent: such a batch takes the unmasked path.
+        params = {name: t(a, dt) for name, dt, off in (("top_k", torch.int32, 0), ("top_p", torch.float32, 1),
+                                                       ("min_p", torch.float32, 0))
+                  if (a := getattr(batch, name)) is not None and (np.asarray(a) != off).any()}
+        info = {}
+        sampled, num_sampled, lp = rejection_sample(
+            t(batch.target_logits, dtype),
+            None if batch.draft_logits is None else t(batch.draft_logits, dtype),
+            t(batch.draft_token_ids, torch.int64),
+            t(batch.cu_num_logits, torch.int32),
+            t(batch.pos, torch.int64),
+            t(batch.idx_mapping, torch.int32),
+            t(batch.temperature, torch.float32),
+            t(batch.seeds, torch.int64),
+            num_speculative_steps=batch.num_speculative_steps,
+            max_chunk_logits=cap,
+            num_logprobs=batch.num_logprobs,
+            logprobs_mode=batch.logprobs_mode,
+            block_v=self.block_v,
+            block_rows=self.block_rows,
+            cu_num_logits_host=np.asarray(batch.cu_num_logits),
+            info=info,
+            verification=batch.verification, streams=self.streams,
+            accept_uniforms=None if noise[0] is None else t(noise[0], torch.float64),
+            resample_gumbel=None if noise[1] is None else t(noise[1], torch.float64),
+            resample_uniforms=None if noise[2] is None else t(noise[2], torch.float64),
+            resample=self.resample,
+            **params,
+        )
+        logprobs = None
+        if lp is not None:
+            cu = [int(c) for c in np.asarray(batch.cu_num_logits)]
+            logprobs = LogprobsTensors(
+                token_ids=lp[0].cpu().numpy(),
+                logprobs=lp[1].cpu().numpy(),
+                ranks=lp[2].cpu().numpy(),
+                cu_num_generated_tokens=None if batch.num_logits == batch.num_reqs else cu,
+            )
+        return SamplerOutput(
+            sampled=sampled.cpu().numpy(),
+            num_sampled=num_sampled.cpu().numpy(),
+            logprobs=logprobs,
+            extras=info,
+        )
