@@ -122,8 +122,9 @@ def fake_vllm_v1(defect=None):
                 if greedy[r]:
                     ok, alt = int(np.argmax(p[j])) == d, int(np.argmax(p[j]))
                 else:
-                    qd = F32(1) if draft_probs is None else draft_probs[j, d].item()
-                    ok, alt = qd > 0 and p[j, d] / qd >= u[j], int(rec[j])
+                    qd = F32(1) if draft_probs is None else F32(draft_probs[j, d].item())
+                    with np.errstate(over="ignore"):  # a subnormal q: p / q is inf, accepted
+                        ok, alt = qd > 0 and p[j, d] / qd >= u[j], int(rec[j])
                 out[r, i] = d if ok else alt
                 if not ok:
                     break

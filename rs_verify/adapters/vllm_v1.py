@@ -156,7 +156,8 @@ class VllmV1Sampler:
         if batch.num_reqs == 0:
             return empty_output(batch)
         prep = explicit_inputs.prepare(batch, self.device)
-        e = torch.from_numpy(np.exp(-np.asarray(batch.resample_gumbel, np.float64)[:, : prep.vocab]))
+        with np.errstate(over="ignore"):  # G below about -88.7 has no float32 E (docs/explicit-adapters.md)
+            e = torch.from_numpy(np.exp(-np.asarray(batch.resample_gumbel, np.float64)[:, : prep.vocab]))
         e = e.to(device=self.device, dtype=torch.float32)  # vLLM's exponentials are float32
         bonus = self.bonus_tokens(prep, e)
         if not prep.drafts.any():  # no drafts anywhere: vLLM's ordinary sampler, the bonus tokens
