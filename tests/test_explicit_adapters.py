@@ -227,6 +227,15 @@ def test_a_padded_draft_ends_the_request():
     assert args["cu_num_draft_tokens"].tolist() == [3, 4] and args["max_spec_len"] == 3
 
 
+def test_sglang_declares_block_only_with_its_block_function():
+    chain = fake_chain_speculative_sampling()
+    assert _sglang().verification_methods == {"token"}
+    with pytest.raises(ValueError, match="^verification: 'block'"):
+        _sglang()(_batch().replace(verification="block"))
+    both = SglangSampler(chain_speculative_sampling=chain, block_speculative_sampling=chain, device="cpu")
+    assert both.verification_methods == {"token", "block"} and both.unvalidated().block is chain
+
+
 def test_vllm_v1_noise_functions_are_restored():
     fake = fake_vllm_v1()
     saved = (fake.generate_uniform_probs, fake.sample_recovered_tokens)
