@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.contract.explicit import INVERSE_CDF
+from rs_verify.contract.explicit import INVERSE_CDF, prefix_fractions
 
 __all__ = ["WHAT", "gaps", "tokens"]
 
@@ -26,14 +26,9 @@ __all__ = ["WHAT", "gaps", "tokens"]
 WHAT = INVERSE_CDF
 
 
-def _prefix(logr: np.ndarray):
-    """The positive tokens of the residual `r = exp(log r)` (rows) and its normalised prefix sums `S_x / S`."""
-    r = np.exp(logr)
-    positive = logr > -np.inf
-    s = np.cumsum(r, axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        c = s / s[..., -1:]
-    return positive, c
+#: The positive tokens of the residual `r = exp(log r)` (rows) and its normalised prefix sums `S_x / S`
+#: (the contract's, which the strategies plant on too).
+_prefix = prefix_fractions
 
 
 def tokens(logr: np.ndarray, u: np.ndarray) -> np.ndarray:

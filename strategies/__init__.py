@@ -8,8 +8,9 @@
 - `invalid_batches`: one SPEC section 9 defect per batch.
 - `decision_knobs`: the knobs a drawn batch exercises (what `hypothesis.event` records):
   `DECISION_KNOBS` (token-wise decisions), `BLOCK_KNOBS` (block verification, SPEC 4b) and
-  `PARAM_KNOBS` (min-p, top-k, top-p, SPEC 2) and `STREAM_KNOBS` (the murmur3 family's edges,
-  SPEC 3b, planted when `decision_batches` is given `streams="murmur3"`).
+  `PARAM_KNOBS` (min-p, top-k, top-p, SPEC 2), `STREAM_KNOBS` (the murmur3 family's edges,
+  SPEC 3b, planted when `decision_batches` is given `streams="murmur3"`) and `EXPLICIT_KNOBS` (the
+  explicit family's noise on decision boundaries, SPEC 3c, with `streams="explicit"`).
 
 Both batch strategies take `verifications` (default `("token",)`) and `sampling_params` (default
 `()`): what a sampler declaring nothing supports; `decision_batches` also takes `streams` (default
@@ -21,7 +22,7 @@ Imports only NumPy, Hypothesis and the batch contract (never torch or triton).
 from .batches import DRAFT_MODES, spec_batches
 from .chunks import CAP_KINDS, cap_candidates, cap_kind, chunk_caps
 from .decisions import decision_batches
-from .events import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, STREAM_KNOBS, acceptance_tests, block_k_knob,
+from .events import (BLOCK_KNOBS, DECISION_KNOBS, EXPLICIT_KNOBS, PARAM_KNOBS, STREAM_KNOBS, acceptance_tests, block_k_knob,
                      block_knobs, decision_knobs, near_ties, stochastic_decisions)
 from .invalid import EXPECTED_FIELD, INVALID_CLASSES, PARAM_CLASS_NEEDS, InvalidBatch, classes_for, invalid_batches
 from .logits import DTYPE_MAX, PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_BLOCK_SIZES",
     "DEFAULT_VOCAB_SIZES",
     "DRAFT_MODES",
+    "EXPLICIT_KNOBS",
     "DTYPE_MAX",
     "EXPECTED_FIELD",
     "INVALID_CLASSES",

@@ -37,7 +37,8 @@ Block verification and sampling parameters (the `verifications` and `sampling_pa
 are planted by `strategies.block` and `strategies.params`, and labelled from the contract's own
 formulas (`strategies.events`: `BLOCK_KNOBS`, `PARAM_KNOBS`). The `streams` knob (the sampler's
 stream family) sets the uniforms and noise the tilts aim at and the labels read; the murmur3
-family's edges are planted by `strategies.stream_edges` (`STREAM_KNOBS`).
+family's edges are planted by `strategies.stream_edges` (`STREAM_KNOBS`), the explicit family's
+by `strategies.explicit_edges` (`EXPLICIT_KNOBS`).
 
 Imports only NumPy, Hypothesis and the batch contract.
 """
@@ -65,6 +66,7 @@ from .facts import STREAMS
 from .knobs import check_bool, check_ints, drawn_int64, drawn_vocab, rare, vocab_strategy
 from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
 from .params import draw_params_on, plant_params
+from .explicit_edges import plant_explicit_edges
 from .stream_edges import plant_stream_edges
 from .thresholds import vet_thresholds
 from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
@@ -152,7 +154,11 @@ def decision_batches(
       `StreamFamily` record; default "triton-philox"): the tilts aim at its acceptance uniforms and
       the labels read its noise. For murmur3, three draws in four of token-wise batches also carry
       its edges (`strategies.stream_edges`): `u = 1.0` and the smallest `u` deciding bonus tokens,
-      a request at another's positions plus `2**32` with its seed. Draws of triton-philox keep
+      a request at another's positions plus `2**32` with its seed. For explicit (SPEC 3c), three
+      draws in four of token-wise batches carry all three noise fields, the family's draw with
+      edges written in (`strategies.explicit_edges`): uniforms at `2**-53` and `1 - 2**-53`,
+      tied scores and, one draw in two, `u = p(d) / q(d)`, `U` on a prefix sum or at the top.
+      Draws of triton-philox keep
       their random choices (the block tilts' p = q = 0 step takes one more when -inf is allowed).
     * With either allowed, a draw whose structure left out padding, saturation or parameters
       gets them one time in three from the content generator (Hypothesis's generate phase
@@ -362,6 +368,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
         min_p=params.get("min_p"),
     )
     batch = plant_stream_edges(rng, batch, cfg["family"], bounds)
+    batch = plant_explicit_edges(rng, batch, cfg["family"])
     label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
     label_decisions(batch, cfg["block_sizes"], cfg["family"])
     return batch

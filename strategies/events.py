@@ -15,7 +15,10 @@ sampling parameters (section 2) are labelled from the contract's own formulas
 - `PARAM_KNOBS`: the masks of min-p, top-k and top-p and the decisions they change;
 - `STREAM_KNOBS`: the stream family's planted edges (murmur3: `u = 1.0` and the smallest `u` deciding
   a bonus token, requests at `p` and `p + 2**32`; `strategies.stream_edges`), labelled when the
-  batch is read in that family.
+  batch is read in that family;
+- `EXPLICIT_KNOBS`: the explicit family's planted noise (SPEC 3c: uniforms at `2**-53` and
+  `1 - 2**-53`, `u = p(d) / q(d)`, tied scores, `U` on a prefix sum or at the top;
+  `strategies.explicit_edges`), labelled when the batch is read in that family.
 
 Imports only NumPy, Hypothesis and the contract.
 """
@@ -34,9 +37,10 @@ from .block_events import (BLOCK_EXTRA_KNOBS, BLOCK_KNOBS, block_decisions, bloc
                            block_near_ties)
 from .facts import STREAMS, Facts, batch_facts
 from .param_events import PARAM_KNOBS, mask_near_ties, param_knobs_of, state_params_on
+from .explicit_edges import EXPLICIT_KNOBS, explicit_knobs
 from .stream_edges import STREAM_KNOBS, stream_knobs
 
-__all__ = ["ACCEPT_BAND", "BLOCK_EXTRA_KNOBS", "BLOCK_KNOBS", "DECISION_KNOBS", "PARAM_KNOBS", "STREAM_KNOBS",
+__all__ = ["ACCEPT_BAND", "BLOCK_EXTRA_KNOBS", "BLOCK_KNOBS", "DECISION_KNOBS", "EXPLICIT_KNOBS", "PARAM_KNOBS", "STREAM_KNOBS",
            "acceptance_tests", "block_k_knob", "block_knobs", "decision_knobs", "label_decisions", "label_structure",
            "near_ties", "stochastic_decisions"]
 
@@ -128,7 +132,7 @@ def _bonus_rows(f: Facts, tests) -> list[tuple[int, int]]:
 
 
 def decision_knobs(batch: SpecBatch | Facts, block_sizes=(), family=STREAMS) -> set[str]:
-    """The knobs of `DECISION_KNOBS`, `BLOCK_KNOBS`, `PARAM_KNOBS` and `STREAM_KNOBS` (and
+    """The knobs of `DECISION_KNOBS`, `BLOCK_KNOBS`, `PARAM_KNOBS`, `STREAM_KNOBS` and `EXPLICIT_KNOBS` (and
     `block_knobs(b)` for `b` in `block_sizes`) the batch has, read in stream family `family` (the
     facts' own when `batch` is a `Facts`)."""
     f = _facts(batch, family)
@@ -167,6 +171,7 @@ def decision_knobs(batch: SpecBatch | Facts, block_sizes=(), family=STREAMS) -> 
     bonus = _bonus_rows(f, tests)
     knobs |= param_knobs_of(f, tests, bonus)
     knobs |= stream_knobs(f, bonus)
+    knobs |= explicit_knobs(f)
     return knobs
 
 

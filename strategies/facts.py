@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rs_verify.contract import block as spec_block
+from rs_verify.contract import explicit
 from rs_verify.contract import probs
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.masks import MaskResult, RowParams, apply_masks, batch_masks
@@ -37,8 +38,9 @@ class Facts:
     - `z`: processed logits without the masks (float32); `masks`: the SPEC section 2 masks of
       every row, or None when no parameter is on; `p`: target probabilities (masked), `p_raw`:
       without the masks (the same array when none is on); `q`: draft probabilities or None.
-    - `u`: the acceptance uniform of every row `[N]`; `family`: the stream family of `u` and of
-      the resampling noise the labels read.
+    - `u`: the acceptance uniform of every row `[N]` (a family keyed by the batch: its
+      `accept_uniforms`, or the family's draw); `family`: the stream family of `u` and of the
+      resampling noise the labels read.
     - `block`: `BlockResult` of every request (`[R, K]`) for a block batch, else None;
       `u_steps`: `u` per request and step `[R, K]`; `tau`: per request `[R]` (block batches).
     """
@@ -67,7 +69,11 @@ class Facts:
 
 
 def uniforms(seeds, pos, family: StreamFamily = STREAMS) -> np.ndarray:
-    """SPEC section 3's acceptance uniforms of `family` as float64."""
+    """SPEC section 3's acceptance uniforms of `family` as float64. A family keyed by the batch (SPEC
+    3c, `explicit`): the uniforms it draws for rows with these seeds and positions, what a batch that
+    carries none gets (`rs_verify.contract.explicit.filled`)."""
+    if family.keyed_by == "batch":
+        return explicit.drawn_uniforms(seeds, pos)
     return family.uniforms(seeds, pos).astype(np.float64)
 
 
@@ -115,8 +121,9 @@ def batch_facts(batch: SpecBatch, family: StreamFamily | str = STREAMS) -> Facts
         p_raw = probs.softmax64(z) if z.shape[0] else z.astype(np.float64)
         p = p_raw if masks is None else masked_probs(z, masks.kept)
         q = probs.draft_probs(batch)
-        u = (uniforms(np.asarray(batch.seeds)[probs.row_states(batch)], batch.pos, family) if batch.num_logits
-             else np.zeros(0))
+        rows = np.arange(batch.num_logits)  # the batch's own noise fields, in a family keyed by the batch
+        u = (family.at_rows(batch, rows, np.asarray(batch.seeds)[probs.row_states(batch)], batch.pos).astype(np.float64)
+             if batch.num_logits else np.zeros(0))
         facts = dict(batch=batch, v=v, temps=temps, stochastic=temps > 0, z=z, masks=masks, p=p, p_raw=p_raw, q=q, u=u,
                      family=family)
         if batch.verification == BLOCK.name and batch.num_reqs:

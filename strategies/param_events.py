@@ -15,7 +15,7 @@ import numpy as np
 from rs_verify.contract.batch import SAMPLING_PARAMS
 from rs_verify.contract.methods import BLOCK
 
-from .facts import Facts, gumbel_noise
+from .facts import Facts
 
 PARAMS_MIXED = "sampling params: off and on among the stochastic states of one batch"
 MASKS = {"min_p": "min-p masks a token", "top_k": "top-k masks a token", "top_p": "top-p masks a token"}
@@ -193,7 +193,7 @@ def _bonus_knobs(f: Facts, bonus_rows) -> set[str]:
     for r, j in bonus_rows:
         if not f.param_masked[j].any():
             continue
-        g = gumbel_noise(seeds[r], b.pos[j], f.v, f.family)
+        g = f.family.at_requests(b, [r], [seeds[r]], [b.pos[j]], f.v)[0]  # the request's own noise (SPEC 3c)
         with np.errstate(divide="ignore"):
             if np.argmax(np.log(f.p[j]) + g) != np.argmax(np.log(f.p_raw[j]) + g):
                 return {BONUS_CHANGED}

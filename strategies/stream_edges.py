@@ -1,4 +1,8 @@
-"""Stream-family edges planted in drawn batches, and their labels (SPEC 3b, the murmur3 family).
+"""The murmur3 family's edges planted in drawn batches, and their labels (SPEC 3b).
+
+Which module plants which family (`PLANTED_FAMILIES`): murmur3's edges here, by aiming seeds; the
+explicit family's (SPEC 3c: the batch carries its noise) in `strategies.explicit_edges`; the other
+families' draws are left as drawn. Everything below is murmur3's own.
 
 Random seeds never reach a family's extreme noise: murmur3 gives `u = 1.0` for 128 of the 2**32
 hashes and its smallest uniform `2**-33` for one. But its noise of token `x` hashes
@@ -23,8 +27,8 @@ Only token-wise batches are planted, and only stochastic requests without sampli
 another family, are left as drawn. Every planted decision is checked after rounding to the
 batch's dtype; one that does not hold is undone.
 
-`stream_knobs(f, bonus_rows)` labels what a batch of the family carries (`STREAM_KNOBS`), read off the
-batch itself like every other knob.
+`stream_knobs(f, bonus_rows)` labels what a batch of the murmur3 family carries (`STREAM_KNOBS`), read
+off the batch itself like every other knob.
 
 Imports only NumPy and the contract.
 """
@@ -35,6 +39,7 @@ import numpy as np
 
 from rs_verify.contract import murmur3
 from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.explicit import EXPLICIT
 from rs_verify.contract.methods import TOKEN
 
 from .facts import Facts, batch_facts
@@ -48,8 +53,9 @@ SMALLEST = "murmur3: the smallest u (2**-33) decides a bonus token"
 WRAP = "murmur3: requests at positions p and p + 2**32 with one seed"
 STREAM_KNOBS = (TOP, SMALLEST, WRAP)
 
-#: The families whose edges the strategies plant (by name): their noise can be aimed by the seed.
-PLANTED_FAMILIES = (murmur3.MURMUR3.name,)
+#: Which module plants which family's edges (family name -> module): murmur3's noise is aimed by the
+#: seed (here), the explicit family's is written into the batch (`strategies.explicit_edges`).
+PLANTED_FAMILIES = {murmur3.MURMUR3.name: __name__, EXPLICIT.name: f"{__package__}.explicit_edges"}
 
 PLANT_SHARE = 0.75  # draws of the family that get planted edges (the rest stay as drawn)
 WRAP_SHARE = 0.5  # planted draws that also move a request to another's positions + 2**32
@@ -64,10 +70,10 @@ _INT64_MAX = 2**63 - 1
 
 
 def plant_stream_edges(rng, batch: SpecBatch, family, bounds) -> SpecBatch:
-    """`batch` with the family's edges planted (see the module docstring), or `batch` itself when
-    the family is not planted, the batch is not token-wise, or no request can take them.
+    """`batch` with murmur3's edges planted (see the module docstring), or `batch` itself when the
+    family is another, the batch is not token-wise, or no request can take them.
     `bounds`: the largest raw logit magnitude of each request (`strategies.logits.magnitude_bound`)."""
-    if family.name not in PLANTED_FAMILIES or batch.verification != TOKEN.name or rng.random() >= PLANT_SHARE:
+    if family.name != murmur3.MURMUR3.name or batch.verification != TOKEN.name or rng.random() >= PLANT_SHARE:
         return batch
     f = batch_facts(batch, family)
     on = state_params_on(batch)
@@ -173,9 +179,9 @@ def _wrap(rng, f: Facts, r: int, seeds, pos) -> None:
 
 
 def stream_knobs(f: Facts, bonus_rows) -> set[str]:
-    """The knobs of `STREAM_KNOBS` the batch has in its family (none outside `PLANTED_FAMILIES`).
+    """The knobs of `STREAM_KNOBS` the batch has in the murmur3 family (none in another family).
     `bonus_rows`: `(request, row)` of the stochastic requests that emit their bonus token."""
-    if f.family.name not in PLANTED_FAMILIES:
+    if f.family.name != murmur3.MURMUR3.name:
         return set()
     b = f.batch
     knobs = set()

@@ -26,8 +26,8 @@ import numpy as np
 from .murmur3 import hash_words
 from .streams import StreamFamily, register
 
-__all__ = ["EXPLICIT", "GUMBEL", "INVERSE_CDF", "PREFIX_ULP", "RESAMPLE", "drawn_gumbel", "inverse_cdf_tolerance", "drawn_uniforms", "filled", "resample_gumbel",
-           "resample_uniforms", "row_uniforms"]
+__all__ = ["EXPLICIT", "GUMBEL", "INVERSE_CDF", "PREFIX_ULP", "RESAMPLE", "drawn_gumbel", "inverse_cdf_tolerance", "drawn_uniforms", "filled", "prefix_fractions",
+           "resample_gumbel", "resample_uniforms", "row_uniforms"]
 
 #: How an explicit sampler resamples (SPEC 4 and 10): Gumbel-max, or inverse CDF over the residual.
 RESAMPLE = ("gumbel", "inverse_cdf")
@@ -40,6 +40,19 @@ def inverse_cdf_tolerance(eps: float, vocab: int) -> float:
     """`max(eps, V' * 2**-23)` (SPEC section 8): how far from its prefix-sum boundary (normalised by
     the residual's total) an inverse-CDF resample that differs from the reference's is excused."""
     return max(float(eps), int(vocab) * PREFIX_ULP)
+
+
+def prefix_fractions(logr: np.ndarray):
+    """`(positive, S_x / S)` of residual rows given as `log r` (float64 `[n, V']`, `-inf` where `r = 0`):
+    the tokens with `r(x) > 0` and the normalised prefix sums `S_x = sum_{y <= x} r(y)` in float64,
+    where SPEC 4's inverse CDF takes the smallest positive `x` with `S_x / S > U` (the reference's,
+    and the strategies' plants on its boundaries)."""
+    r = np.exp(logr)
+    positive = logr > -np.inf
+    s = np.cumsum(r, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = s / s[..., -1:]
+    return positive, c
 
 # The last word of a hash key: which quantity, which half of its 53 bits.
 _ACCEPT, _GUMBEL, _INVERSE = 0, 2, 4

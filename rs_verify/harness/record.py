@@ -119,9 +119,9 @@ class SamplerRecord:
         if self.min_spec_steps:
             kw["min_spec_steps"] = self.min_spec_steps
         fam = self.family
-        if fam is not None and fam is not TRITON_PHILOX and fam.keyed_by == "seed_pos":
-            # (triton-philox is the strategies' default family; a batch-keyed family's noise is filled at the call)
-            # The tilts aim at the family's uniforms, the labels read its noise, its edges are planted.
+        if fam is not None and fam is not TRITON_PHILOX:  # triton-philox: the strategies' default family
+            # The tilts aim at the family's uniforms, the labels read its noise, its edges are planted
+            # (explicit, SPEC 3c: written into the drawn batch; the call fills what a batch lacks).
             kw["streams"] = fam.name if stream_families.registered(fam) else fam
         return kw
 
