@@ -71,10 +71,10 @@ PLANT_SHARE = 0.75  # token-wise draws of the family that get planted edges (the
 # per certified batch (the draw and three reseeded copies, whose noise is drawn afresh: the plants
 # stay in the first copy), so one tie-class plant per draw leaves room for one natural near-tie.
 # Measured over 600 certified batches (10 digests x 60 ci examples) with the example samplers
-# (examples/explicit_sampler.py): gumbel and race 32 batches with one excused divergence, vLLM's
-# p / q >= u 56, inverse CDF 73, every one in a draw with a tie-class plant (357 of 600), none with
-# two; 81 excused of 19,317 stochastic decisions at most (0.4%). Without planting: 2 batches with 4
-# (one near-empty residual in all four copies), the same with planting.
+# (examples/explicit_sampler.py): gumbel and race 30 batches with one excused divergence, vLLM's
+# p / q >= u 58, inverse CDF 72, every one in a draw with a tie-class plant (357 of 600), none with
+# two; 80 excused of 19,343 stochastic decisions at most (0.4%). Without planting: 2 batches with 4
+# (one near-empty residual in all four copies), the same 2 with planting.
 TIE_CLASS_SHARE = 0.75
 ACCEPT_EXTREMES = 2  # deciding rows per planted draw given u = 2**-53 or 1 - 2**-53
 # Requests per planted draw given an exact tie. A correct sampler breaks an exact tie as the reference
@@ -190,7 +190,8 @@ class _Plant:
         return walk(self.b, self.z, r, self.u)
 
     def accept_extreme(self, rng, r) -> bool:
-        for t in self.walk(r).tests:
+        tests = self.walk(r).tests
+        for t in (tests[i] for i in rng.permutation(len(tests))):
             for u in rng.permutation([U_LO, U_HI]):
                 if not t[3] and t[1] > -np.inf and abs(_margin(t, u)) > SAFE * _scale(t):
                     self.u[t[0]] = u

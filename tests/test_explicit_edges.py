@@ -120,7 +120,6 @@ def test_other_families_and_block_batches_are_left_as_drawn():
     for b in _sweep(decision_batches(**_kwargs()), "explicit-edges:others", 20):
         bare = b.replace(accept_uniforms=None, resample_gumbel=None, resample_uniforms=None)
         assert ee.plant_explicit_edges(rng, bare, ReferenceSampler().family) is bare
-        assert ee.plant_explicit_edges(rng, bare.replace(verification="block"), ee.EXPLICIT) is not None
         blocked = bare.replace(verification="block")
         assert ee.plant_explicit_edges(rng, blocked, ee.EXPLICIT) is blocked
         assert ee.explicit_knobs(batch_facts(bare, "explicit")) == set()  # no noise carried: nothing planted
@@ -192,9 +191,9 @@ class _HalfRace(ExplicitSampler):
 
 
 @pytest.mark.parametrize("sampler, prop, says", [
-    (_NoFallback(), "output_invariants", "outside [0, V'"),
-    (_LastTie(), "certified_equivalence", "excused divergences exceed"),
-    (_HalfRace(), "output_invariants", "outside the residual"),
+    (_NoFallback(), "output_invariants", ("outside [0, V'",)),
+    (_LastTie(), "certified_equivalence", ("excused divergences exceed",)),
+    (_HalfRace(), "output_invariants", ("outside the residual", "emitted it again")),  # a token with r = 0
 ], ids=["no-fallback", "last-tie", "float16-race"])
 def test_defects_only_the_plants_reach_are_killed(sampler, prop, says):
     """U = 1 - 2**-53 leaves no float32 prefix sum above U * S; three exact ties in a draw exceed the
@@ -202,7 +201,7 @@ def test_defects_only_the_plants_reach_are_killed(sampler, prop, says):
     none of them: the same run without planting (the strategies not told the family) passes."""
     ctx = make_context(sampler, ReferenceSampler(), profile="ci")
     out = run(PROPERTIES[prop], ctx)
-    assert out.status == "failed" and says in out.failure.text(), out.failure and out.failure.text()
+    assert out.status == "failed" and any(s in out.failure.text() for s in says), out.failure and out.failure.text()
     ctx = make_context(sampler, ReferenceSampler(), profile="ci")
     assert ctx.batch_kwargs.pop("streams") == "explicit"
     out = run(PROPERTIES[prop], ctx)
