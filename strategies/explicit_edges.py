@@ -12,10 +12,10 @@ sampling parameters:
 - `NOISE_EXTREME`: the Gumbel noise of those uniforms, `G = 36.7` on a token with `r = 0` in
   float32 too (`p = 0`, the rejected one-hot draft, `p <= (1 - SAFE) q`; the row's winner when none
   has), `G = -3.6` on a losing token;
-- `NOISE_TIE`: two tokens of equal residual above `exp(TIE_FLOOR)` (equal logits; in a bonus row
-  one logit is copied when no two are equal) get equal noise within `[G_LO, G_HI]`, the row's best
-  score by 0.5-2 nats: an exact tie, which a
-  correct sampler breaks to the lowest index like the reference (equal inputs, equal scores);
+- `NOISE_TIE`, in up to `TIES` requests: two tokens of equal residual above `exp(TIE_FLOOR)` (equal
+  logits; in a bonus row one logit is copied when no two are equal) get equal noise within
+  `[G_LO, G_HI]`, the row's best score by 0.5-2 nats: an exact tie, which a correct sampler breaks
+  to the lowest index like the reference (equal inputs, equal scores);
 - `U_BOTTOM`: `U = 2**-53` where the first positive token holds at least `SAFE` of the residual;
 - and in `TIE_CLASS_SHARE` of the planted draws one tie-class plant, where a correct float32
   sampler may decide otherwise and is excused (SPEC 8): `ACCEPT_BOUNDARY`, `u = p(d) / q(d)`
@@ -23,9 +23,8 @@ sampling parameters:
   `U` on a prefix sum of the sampled residual (`U * S == S_b` in float64, margin 0); `U_TOP`,
   `U = 1 - 2**-53`, where float32 rounding leaves no prefix sum above `U * S` (SPEC 4's fallback).
 
-The rows, residuals and margins are the reference's, operation for operation (`_row_logp`,
-`_residual`; the prefix sums are `rs_verify.contract.explicit.prefix_fractions`, which the
-reference uses): the first rejected row's residual (`max(p - q, 0)`, `p` without the one-hot
+The rows, residuals and margins are the reference's, operation for operation (`walk`, `_row_logp`;
+the prefix sums are `rs_verify.contract.explicit.prefix_fractions`, which the reference uses): the first rejected row's residual (`max(p - q, 0)`, `p` without the one-hot
 draft, `p` after a padded draft or an empty residual) or the bonus row's `p`. Block batches and
 requests with sampling parameters are left as drawn.
 
@@ -86,9 +85,7 @@ SAFE = 1e-3  # a safe plant's margin over L (excusal: eps = 2e-4; float32 error 
 TIE_LEAD = (0.5, 2.0)  # nats the planted tie leads the row's other scores by
 BOUNDARY_ULPS = 8 * 2.0**-52  # an acceptance margin within this (times L) is on the boundary
 MAX_PAIRS = 8  # tied pairs tried per request
-TIE_FLOOR = -60.0  # tied tokens keep log r above this: r is a normal float32 number (a float32 sampler sees them)
-
-
+TIE_FLOOR = -60.0  # tied tokens keep log r above this: r is a normal float32 number (a float32 sampler sees it)
 Q_FREE_LOG = -126 * np.log(2.0)  # a draft with q(d) below 2**-126 is accepted or rejected freely (SPEC 4)
 
 
