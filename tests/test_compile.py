@@ -8,9 +8,11 @@ The default run compiles one specialization per kernel for sm_80, the one most l
 the gate (`WORST_CASE`: 7 compiles, one child process per kernel); the long run
 (`RS_VERIFY_FULL=1`) compiles every specialization of all three dtypes for sm_80 and checks that
 each pick still holds its kernel's most registers, runs `rs-verify compile` for sm_80, sm_90 and
-sm_100 (558, 186 per arch with both stream families; 414 with triton-philox alone took about
-440 s of CPU cold; the sm_80 grid and its check, 243 s of wall on a loaded 2-core machine) and
-the mixed widths (one scalar int64 among int32 ones: 42 more for sm_90, 74 s). Compile errors do
+sm_100 (756, 252 per arch with the three stream families and the explicit family's two resamples;
+186 per arch with two families; 414 with triton-philox alone took about 440 s of CPU cold; the
+sm_80 grid of 252, 189 s of wall on a 2-core machine with a partly warm cache) and
+the mixed widths (one scalar int64 among int32 ones: 159 more for sm_90 with the three families,
+32 s with a partly warm cache; 42 with two, 74 s cold). Compile errors do
 not depend on the arch (the frontend rejects the code, as with the int64 loop carry below);
 register counts differ a little between archs (triton-philox's verify_kernel: 162 at sm_80, 137
 at sm_100), so sm_80, the highest, is the one to gate on.
@@ -37,17 +39,22 @@ ONE_SPECIALIZATION = dict(kernels=["row_stats_kernel"], dtypes=("float32",), dra
 # drafts add the draft row's loads and statistics (`HAS_DRAFT`); a vocabulary that is a multiple of
 # 16 carries the divisibility hints, except for log_softmax, whose unhinted V = 33 takes 16 more.
 # Where dtypes tie, float32; float16 never exceeds bfloat16. The stream family (SPEC 3, the
-# constexpr STREAM of verify_kernel and resample_kernel) specializes those two: murmur3's hash
-# takes verify_kernel to 168 at V = 33 (161 at V = 160), resample_kernel stays at Philox's 166
-# (murmur3 164); the other kernels do not take it. The long run checks the picks against the
-# whole grid.
-PHILOX, MURMUR3 = "triton-philox", "murmur3"
+# constexpr STREAM of verify_kernel, resample_kernel and block_tau_kernel) specializes those three:
+# murmur3's hash takes verify_kernel to 168 at V = 33 (161 at V = 160; explicit 40: it leaves every
+# draw to resample_kernel), the explicit
+# family's loaded Gumbel noise resample_kernel to 167 (Philox 166, murmur3 164; its inverse CDF,
+# the constexpr RESAMPLE, 96), block_tau_kernel stays at 56 with the explicit uniforms; the other
+# kernels do not take it. The long run checks the picks against the whole grid, and compiles it all:
+# ptxas may also hold a kernel at 64 registers and spill a few bytes (the inverse CDF's int32
+# specialization did, at 64 registers, until its fallback token moved to its first pass).
+PHILOX, MURMUR3, EXPLICIT = "triton-philox", "murmur3", "explicit"
 WORST_CASE = {
     "row_stats_kernel": ("float32", "model", "16n", PHILOX),  # 79 (bfloat16 and float16 79; one-hot drafts 72)
     "mask_stats_kernel": ("float32", "model", "16n", PHILOX),  # 68 (bfloat16 64)
     "block_tau_kernel": ("float32", "model", "16n", PHILOX),  # 56 (every dtype; one-hot drafts 32)
     "verify_kernel": ("float32", "model", "other", MURMUR3),  # 168 (every dtype; Philox 162, at V = 33 157)
-    "resample_kernel": ("float32", "model", "16n", PHILOX),  # 166 (every dtype; murmur3 164; int32 scalars 115)
+    "resample_kernel": ("float32", "model", "16n", EXPLICIT),  # 167, Gumbel-max (every dtype; Philox 166, murmur3 164,
+    # the explicit inverse CDF 96; int32 scalars 117 murmur3, 115 Philox)
     "log_softmax_kernel": ("bfloat16", "model", "other", PHILOX),  # 63, raw and processed (float32 62; V = 160: 48)
 }
 
@@ -55,7 +62,7 @@ WORST_CASE = {
 def compile_worst_case(kernel, arch=80):
     dtype, drafts, vocab, streams = WORST_CASE[kernel]
     return aot.compile_all([arch], kernels=[kernel], widths=["int64"], dtypes=(dtype,), draft_modes=(drafts,),
-                           vocab_classes=(vocab,), streams=(streams,))
+                           vocab_classes=(vocab,), streams=(streams,), resamples=("gumbel",))
 
 
 def failures(results):
@@ -193,7 +200,7 @@ def test_error_text_names_the_innermost_reason():
 @pytest.mark.slow
 @pytest.mark.long  # 74 s of CPU with an empty Triton cache (2-core CPU machine)
 def test_mixed_widths_compile():
-    """Each size / offset scalar alone >= 2**31 (int64 among int32 ones), on sm_90: ~42 compiles."""
+    """Each size / offset scalar alone >= 2**31 (int64 among int32 ones), on sm_90: 159 compiles."""
     widths = aot.mixed_widths()
     assert {"int64:Vp", "int64:V", "int64:row_off", "int64:req_off"} <= set(widths)
     results = aot.compile_all([90], widths=widths, dtypes=("float32",), vocab_classes=("16n",))

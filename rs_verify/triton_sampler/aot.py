@@ -7,8 +7,8 @@ changes, for one), so only a compile shows such errors before a GPU run.
 
 Which specializations: `launches()` (launches.py) runs `rejection_sample` on `meta` tensors with
 the kernels swapped for recorders, over every logits dtype, draft mode, logprobs mode, block
-size, stream family (the constexpr `STREAM`) and explicit resampling (`RESAMPLE`) asked for, and over vocabularies of each class
-Triton specializes an int on (a multiple of 16, any other size, and 1; the draft vocabulary independently). Each
+size, stream family (the constexpr `STREAM`) and explicit resampling (`RESAMPLE`) asked for, and
+over vocabularies of each class Triton specializes an int on (a multiple of 16, any other size, and 1; the draft vocabulary independently). Each
 recorded launch is bound with Triton's own binder for the target, the code that picks a
 specialization at launch time (pointer dtypes and 16-byte alignment, ints equal to 1 or
 divisible by 16, int32 or int64), and each distinct specialization is compiled once per arch.

@@ -6,7 +6,8 @@ the smallest `x` with `r(x) > 0` and `S_x > U * S` (`S_x = sum_{y <= x} r(y)`, `
 `resample_kernel` (residual.py) calls `_resample_inverse_cdf` for a tile of BLOCK_R requests, in
 two passes over each row's `[0, V')`, in the probability domain and in float32:
 
-1. `r(x)` (`_masses`) and its total `S`, with p's total beside it: `p` from the row statistics
+1. `r(x)` (`_masses`) and its total `S`, with p's total beside it, and the last token with
+   `r(x) > 0` (and with `p(x) > 0`): the fallback below. `p` from the row statistics
    (`exp((z - m) - log_s)`, masked tokens 0: SPEC 2), and `r = max(P p - q, 0)` for model drafts
    (`P = exp(l_scale)`: 1 token-wise, `P_{tau-1}` of a block batch, SPEC 4b), `p` with
    `r(d) = 0` for one-hot drafts, `p` for a padded draft or the bonus. A residual with no
@@ -20,9 +21,11 @@ The carry takes each block's last prefix sum, and `S` of pass 1 is summed the sa
 last prefix sum of pass 2 is `S` bit for bit: no prefix exceeds `U * S` only when `U` rounds to
 1 in float32 or `U * S` rounds up to `S`; then the token is the last one with `r(x) > 0` (SPEC 8
 excuses both boundaries within `max(eps, V' * 2**-23)` of the prefix sum that separates the
-tokens). The lanes fix the order of every sum, so a row's token depends on BLOCK_V only, never
-on the batch, the chunk or the other rows of its tile. Each block costs the interpreter two
-nested calls (`_masses` in both passes) besides its `tl` operations.
+tokens). That token is found in pass 1: tracked beside the carry in pass 2, it held ptxas to 64
+registers and a 4-byte spill at sm_80 with int32 scalars (`rs-verify compile`). The lanes fix the
+order of every sum, so a row's token depends on BLOCK_V only, never on the batch, the chunk or
+the other rows of its tile. Each block costs the interpreter one nested call per pass
+(`_masses`) besides its `tl` operations.
 """
 
 import triton
@@ -73,6 +76,8 @@ def _resample_inverse_cdf(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log
     cut_col = cut[:, None]
     s_r = tl.full([BLOCK_R], 0, tl.float32)
     s_p = tl.full([BLOCK_R], 0, tl.float32)
+    top_r = tl.full([BLOCK_R], -1, (offs + n).dtype)
+    top_p = tl.full([BLOCK_R], -1, (offs + n).dtype)
     for start in range(0, n, BLOCK_V):
         idx = (start + offs)[None, :]
         mask = rmask[:, None] & (idx < n)
@@ -80,12 +85,13 @@ def _resample_inverse_cdf(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log
                        excl_col, thr_col, cut_col)
         s_r += tl.reduce(tl.where(last, tl.associative_scan(r, 1, _SUM), 0.0), 1, _SUM)
         s_p += tl.reduce(tl.where(last, tl.associative_scan(p, 1, _SUM), 0.0), 1, _SUM)
+        top_r = tl.maximum(top_r, tl.reduce(tl.where(r > 0.0, idx, -1), 1, _MAX))
+        top_p = tl.maximum(top_p, tl.reduce(tl.where(p > 0.0, idx, -1), 1, _MAX))
     use_r = s_r > 0.0
     bound = (u * tl.where(use_r, s_r, s_p))[:, None]
     use_r_col = use_r[:, None]
     carry = tl.full([BLOCK_R], 0, tl.float32)
     first = tl.full([BLOCK_R], BIG_INDEX, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
-    top = tl.full([BLOCK_R], -1, (offs + n).dtype)
     for start in range(0, n, BLOCK_V):
         idx = (start + offs)[None, :]
         mask = rmask[:, None] & (idx < n)
@@ -95,7 +101,6 @@ def _resample_inverse_cdf(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log
         prefix = tl.associative_scan(w, 1, _SUM)
         hit = (w > 0.0) & (carry[:, None] + prefix > bound)
         first = tl.minimum(first, tl.reduce(tl.where(hit, idx, BIG_INDEX), 1, _MIN))
-        top = tl.maximum(top, tl.reduce(tl.where(w > 0.0, idx, -1), 1, _MAX))
         carry += tl.reduce(tl.where(last, prefix, 0.0), 1, _SUM)
-    tok = tl.where(first != BIG_INDEX, first, top)
+    tok = tl.where(first != BIG_INDEX, first, tl.where(use_r, top_r, top_p))
     return tl.where((tok >= 0) & (tok < n), tok, 0)

@@ -316,7 +316,9 @@ def verify_kernel(
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
         t_row = target_ptr + jt * V
-        if HAS_DRAFT:
+        if STREAM == "explicit":  # always DEFER: no resample loop compiled for the explicit family
+            tok = d_t
+        elif HAS_DRAFT:
             q_m = tl.load(d_max_ptr + jt, mask=ok_t, other=0.0)
             q_log_s = tl.load(d_logsum_ptr + jt, mask=ok_t, other=0.0)
             q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd

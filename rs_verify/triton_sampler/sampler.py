@@ -260,9 +260,11 @@ def rejection_sample(
     # SPEC 4b: tau and log P_{tau-1} per request (block batches; else stand-ins of the same dtypes)
     tau = torch.empty(r, dtype=torch.int32, device=device) if block_mode else t_arg
     l_res = torch.empty(r, dtype=torch.float32, device=device) if block_mode else t_max
-    # SPEC 3c's noise, float64 on the device (else stand-ins, never read); its acceptance u feeds
-    # verify_kernel / block_tau_kernel, its draws are resample_kernel's
-    accept_d, gumbel_d, unif_d = (dev(x, torch.float64) if x is not None else t_max for x in noise)
+    # SPEC 3c's noise, float64 on the device; its acceptance u feeds verify_kernel / block_tau_kernel,
+    # its draws are resample_kernel's. The field an explicit sampler does not read: a stand-in, never
+    # read. Another family passes None (a constexpr to Triton): its kernels compile as without them.
+    accept_d, gumbel_d, unif_d = (dev(x, torch.float64) if x is not None else t_max if stream == "explicit" else None
+                                  for x in noise)
     accept_stream = "explicit" if stream == "explicit" else "philox"  # SPEC 3b's acceptance is 3a's
     defer = int(masked or block_mode or stream == "explicit")  # their stochastic draws: resample_kernel (residual.py)
 

@@ -83,5 +83,6 @@ def resample_method(record: stream_families.StreamFamily, resample) -> str:
     if resample not in RESAMPLE:
         raise ValueError(f"resample: one of {list(RESAMPLE)}, not {resample!r}")
     if resample != GUMBEL and record is not EXPLICIT:
-        raise ValueError(f"resample: {resample!r} needs the explicit stream family (SPEC 3c and 4), not {record.name!r}")
+        raise ValueError(f"resample: {resample!r} needs the explicit stream family (SPEC 3c and 4), "
+                         f"not {record.name!r}")
     return resample
