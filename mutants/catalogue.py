@@ -39,6 +39,8 @@ TRITON = "rs_verify.triton_sampler"
 REFERENCE = "rs_verify.reference"
 TRITON_BUILD = "pkg.TritonSampler(block_v=32)"
 MURMUR3_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3")'  # SPEC 3b's resampling noise
+EXPLICIT_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit")'  # SPEC 3c: the batch's noise
+EXPLICIT_ICDF_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit", resample="inverse_cdf")'
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,67 @@ MUTANTS: list[Mutant] = [
         build=MURMUR3_BUILD,
         killers=("certified_equivalence",),
         note="verify_kernel passes ok_t (a rejected, valid draft) as use_q for model and one-hot drafts alike.",
+    ),
+    # -- the explicit family (SPEC 3c): the Triton sampler reading the batch's noise --------------
+    Mutant(
+        "explicit_noise_of_another_request",
+        "The resample noise of another request: request r reads row r + 1 of resample_gumbel (an index into "
+        "the noise off by one request, as when noise laid out per request is offset by a padding row), so "
+        "its resample follows a neighbour's noise.",
+        TRITON,
+        {"residual.py": [("g = gumbel_ptr + r * Vp",
+                          "g = gumbel_ptr + ((r + 1) % R) * Vp  # MUTANT: a neighbour's noise")]},
+        build=EXPLICIT_BUILD,
+        killers=("certified_equivalence",),
+        note="A batch of one request reads its own row (r + 1 wraps to r): equivalent there.",
+    ),
+    Mutant(
+        "explicit_acceptance_uniform_reused_for_resample",
+        "The inverse-CDF resample reuses the acceptance uniform of the row that samples (u_j) instead of the "
+        "request's own U_r (SPEC 3c): after a rejection u_j > p/q, so the resample is biased towards the "
+        "residual's later tokens.",
+        TRITON,
+        {"residual.py": [("u = tl.load(unif_ptr + r, mask=draws, other=0.5).to(tl.float32)",
+                          "u = tl.load(unif_ptr + jt, mask=draws, other=0.5).to(tl.float32)  # MUTANT: u_j")],
+         "sampler.py": [("t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, l_res, gumbel_d, unif_d,",
+                         "t_max, t_logsum, d_max, d_logsum, t_thr, t_cut, l_res, gumbel_d, "
+                         "accept_d,  # MUTANT: the acceptance uniforms as U")]},
+        build=EXPLICIT_ICDF_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "explicit_inverse_cdf_against_u",
+        "Inverse CDF comparing the prefix sums with U instead of U * S: right only when the residual "
+        "sums to 1, so after a rejection (S = 1 - sum min(p, q) < 1) the late tokens of the residual are "
+        "never sampled and the fallback (the last token) takes their mass.",
+        TRITON,
+        {"inverse_cdf.py": [("bound = (u * tl.where(use_r, s_r, s_p))[:, None]",
+                             "bound = u[:, None]  # MUTANT: U, not U * S")]},
+        build=EXPLICIT_ICDF_BUILD,
+        killers=("certified_equivalence",),
+        note="For the bonus (S = sum p = 1 up to rounding) it is excused: only resamples after a rejection show it.",
+    ),
+    Mutant(
+        "explicit_row_shifted_uniform",
+        "The acceptance uniform of the next row: u_{j+1} tests the draft of row j (the vLLM layout's "
+        "draft_token_ids[j + 1] offset applied to the uniforms too).",
+        TRITON,
+        {"kernels.py": [("u = tl.load(accept_ptr + j_vec, mask=smask, other=0.5).to(tl.float32)",
+                         "u = tl.load(accept_ptr + j_vec + 1, mask=smask, other=0.5).to(tl.float32)  # MUTANT: "
+                         "the next row's u")]},
+        build=EXPLICIT_BUILD,
+        killers=("certified_equivalence",),
+        note="Row j + 1 exists: a verified row is never a request's last (its bonus row).",
+    ),
+    Mutant(
+        "explicit_noise_sign",
+        "The Gumbel noise with its sign turned (argmax log r - G, as when an exponential race divides by "
+        "exp(G) instead of exp(-G)): the resample prefers the tokens the noise should hold back.",
+        TRITON,
+        {"residual.py": [("gum = tl.load(g_col + idx, mask=mask, other=0.0).to(tl.float32)",
+                          "gum = -tl.load(g_col + idx, mask=mask, other=0.0).to(tl.float32)  # MUTANT: -G")]},
+        build=EXPLICIT_BUILD,
+        killers=("certified_equivalence",),
     ),
     # -- chunking (SPEC section 7) ---------------------------------------------------------------
     Mutant(
