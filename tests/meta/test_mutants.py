@@ -59,7 +59,8 @@ def test_stale_patch_fails_loudly():
 # One mutant per property family, each checked only against one property expected to kill it,
 # at the ci profile's own budget (None: its 40 derandomized examples, the inputs the gate runs);
 # the run stops at the first failing example, so a kill costs what the kill matrix shows. The
-# murmur3 family (SPEC 3b) keeps one defect each for its edges and its certification (under 1 s each).
+# murmur3 family (SPEC 3b) keeps one defect each for its edges and its certification (under 1 s each), the
+# explicit family (SPEC 3c) one for its certification (under 1 s).
 FAST_SUBSET = {
     "planner_drops_last_chunk": ("chunked_equals_full", None),  # equivalence: chunked vs full
     "rng_keyed_by_batch_row": ("batch_invariance", None),  # equivalence: permuted / split / merged batches
@@ -73,6 +74,7 @@ FAST_SUBSET = {
     "ref_own_rng_shared_draft_noise": ("distribution_model_drafts", None),  # distribution (reference: fast)
     "murmur3_uniform_one_conversion": ("stream_edges", None),  # edges of the murmur3 family (SPEC 3b)
     "murmur3_bonus_noise_still_philox": ("certified_equivalence", None),  # certification drawing murmur3
+    "explicit_noise_sign": ("certified_equivalence", None),  # certification reading the batch's noise (SPEC 3c)
 }
 
 
