@@ -209,3 +209,15 @@ def test_resample_declaration():
         TritonSampler(streams="murmur3", resample="inverse_cdf")
     with pytest.raises(ValueError, match="explicit"):
         TritonSampler(resample="gumbel")
+
+
+@pytest.mark.parametrize("name, streams, resample", [("triton", "triton-philox", "gumbel"),
+                                                     ("triton-murmur3", "murmur3", "gumbel"),
+                                                     ("triton-explicit", "explicit", "gumbel"),
+                                                     ("triton-explicit-icdf", "explicit", "inverse_cdf")])
+def test_built_in_names_declare_their_family(name, streams, resample):
+    """The CLI's and the plugin's built-in names load the Triton sampler of each family it offers."""
+    from rs_verify.harness.samplers import load_sampler
+
+    rec = record_of(load_sampler(name))
+    assert (rec.streams, rec.resample) == (streams, resample)

@@ -11,6 +11,10 @@ import sys
 BUILTIN = {
     "triton": "rs_verify.triton_sampler:TritonSampler",
     "reference": "rs_verify.reference:ReferenceSampler",
+    # the built-in sampler drawing another stream family (SPEC 3b, 3c)
+    "triton-murmur3": "rs_verify.triton_sampler.protocol:murmur3_sampler",
+    "triton-explicit": "rs_verify.triton_sampler.protocol:explicit_sampler",
+    "triton-explicit-icdf": "rs_verify.triton_sampler.protocol:explicit_inverse_cdf_sampler",
 }
 
 

@@ -144,3 +144,21 @@ class TritonSampler:
             logprobs=logprobs,
             extras=info,
         )
+
+
+# The built-in names of the sampler's other families (rs_verify.harness.samplers.BUILTIN): factories,
+# so that the CLI and the plugin gate them by name like the default `triton`.
+def murmur3_sampler() -> TritonSampler:
+    """`TritonSampler(streams="murmur3")` (SPEC 3b): built-in name `triton-murmur3`."""
+    return TritonSampler(streams="murmur3")
+
+
+def explicit_sampler() -> TritonSampler:
+    """`TritonSampler(streams="explicit")` (SPEC 3c, Gumbel-max): built-in name `triton-explicit`."""
+    return TritonSampler(streams="explicit")
+
+
+def explicit_inverse_cdf_sampler() -> TritonSampler:
+    """`TritonSampler(streams="explicit", resample="inverse_cdf")` (SPEC 3c and 4): built-in name
+    `triton-explicit-icdf`."""
+    return TritonSampler(streams="explicit", resample="inverse_cdf")
