@@ -2,6 +2,8 @@
 resampling and its certified margin, the race of exponentials, the three writings of the
 acceptance test and drafts with q(d) = 0 left free."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -288,3 +290,15 @@ def test_fit_to_one_hot_drafts_keeps_the_noise_valid():
     # Equal vocabularies: nothing to widen, the noise is kept as carried.
     same = explicit.filled(_batch())
     assert np.array_equal(rec.fit(same).resample_gumbel, same.resample_gumbel)
+
+
+def test_fill_of_a_broken_batch_neither_draws_nor_warns():
+    """A bad position (NaN where an int64 belongs) cannot key a draw: the batch goes to the sampler as
+    given, without the fill's cast warning, so the sampler names the bad field itself (SPEC 9)."""
+    b = _batch()
+    bad = b.replace(pos=np.where(np.arange(b.num_logits) == 3, np.nan, b.pos.astype(np.float64)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert with_explicit_noise(ExplicitSampler(), bad) is bad
+    with pytest.raises(ValueError, match="pos"):
+        ExplicitSampler()(bad)

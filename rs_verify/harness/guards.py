@@ -31,6 +31,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,8 +91,10 @@ def with_explicit_noise(sampler, batch: SpecBatch) -> SpecBatch:
     if family is None or family.keyed_by != "batch":
         return batch
     try:
-        return family.fill(batch)
-    except (ValueError, IndexError, TypeError, AttributeError):
+        with warnings.catch_warnings():  # a bad value among the keys (a NaN position): no draw, no warning
+            warnings.simplefilter("error")
+            return family.fill(batch)
+    except (ValueError, IndexError, TypeError, AttributeError, RuntimeWarning):
         return batch
 
 
