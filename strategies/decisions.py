@@ -157,7 +157,8 @@ def decision_batches(
       a request at another's positions plus `2**32` with its seed. For explicit (SPEC 3c), three
       draws in four of token-wise batches carry all three noise fields, the family's draw with
       edges written in (`strategies.explicit_edges`): uniforms at `2**-53` and `1 - 2**-53`,
-      tied scores and, one draw in two, `u = p(d) / q(d)`, `U` on a prefix sum or at the top.
+      tied scores and, in three of those draws in four, one of `u = p(d) / q(d)`, `U` on a prefix
+      sum or at the top.
       Draws of triton-philox keep
       their random choices (the block tilts' p = q = 0 step takes one more when -inf is allowed).
     * With either allowed, a draw whose structure left out padding, saturation or parameters

@@ -282,7 +282,8 @@ def _gate(name, sampler, reference):
     return run(PROPERTIES[name], make_context(sampler, reference, profile="ci"))
 
 
-@pytest.mark.parametrize("name", ["certified_equivalence", "output_invariants", "blackbox_chunking"])
+@pytest.mark.parametrize("name", ["certified_equivalence", "output_invariants", "blackbox_chunking",
+                                  "unvalidated_in_bounds", "rejects_bad_input"])
 @pytest.mark.parametrize("make", [_sglang, _vllm_v1], ids=["sglang", "vllm-v1"])
 def test_the_gate_passes_each_adapter(name, make, reference):
     outcome = _gate(name, make(), reference)

@@ -92,7 +92,7 @@ def with_explicit_noise(sampler, batch: SpecBatch) -> SpecBatch:
         return batch
     try:
         with warnings.catch_warnings():  # a bad value among the keys (a NaN position): no draw, no warning
-            warnings.simplefilter("error")
+            warnings.simplefilter("error", RuntimeWarning)
             return family.fill(batch)
     except (ValueError, IndexError, TypeError, AttributeError, RuntimeWarning):
         return batch
