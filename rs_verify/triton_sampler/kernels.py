@@ -132,12 +132,10 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, 
         z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
         log_p = (z - m) - log_s
-        if STREAM == "murmur3":
-            gum = murmur3_noise(g, pos_t, idx)
-        else:
+        if STREAM != "murmur3":
             gum = philox_gumbel(g, idx)
-        sp = log_p + gum
-        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+            sp = log_p + gum
+            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         if HAS_DRAFT:
             zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
             zq = tl.div_rn(zq.to(tl.float32), t_div)
@@ -148,6 +146,14 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, 
             e = tl.exp(a)
             log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
             em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
+        # murmur3's noise comes after the residual's exp and first log, so neither it nor sp is live
+        # across them (drawn first, sm_90's ptxas spilled a register of the int64 model-draft
+        # specializations; drawn here, no specialization of any arch is held at 128 registers)
+        if STREAM == "murmur3":
+            gum = murmur3_noise(g, pos_t, idx)
+            sp = log_p + gum
+            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+        if HAS_DRAFT:
             sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
             sr = tl.where(use_q, sq, sp)
         else:

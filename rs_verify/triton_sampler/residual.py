@@ -70,13 +70,14 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         mask = mask & ((z > thr_col) | ((z == thr_col) & (idx <= cut_col)))
         log_p = (z - m_col) - log_s_col
         if STREAM == "murmur3":
-            gum = murmur3_noise(g_col, pos_col, idx)
+            pass  # its noise is drawn after the residual's logs, below
         elif STREAM == "explicit":  # g: request r's row of resample_gumbel
             gum = tl.load(g_col + idx, mask=mask, other=0.0).to(tl.float32)
         else:
             gum = philox_gumbel(g_col, idx)
-        sp = log_p + gum
-        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+        if STREAM != "murmur3":
+            sp = log_p + gum
+            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         zq = tl.load(q_ptrs + idx, mask=use_q_col & mask, other=NEG_INF)
         zq = tl.div_rn(zq.to(tl.float32), t_col)
         zq = tl.where(zq == zq, zq, NEG_INF)
@@ -86,7 +87,14 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         e = tl.exp(a)
         log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
         em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
-        sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
+        log_r = log_p + tl.log(-em1)
+        # murmur3's noise comes after the residual's logs, so neither it nor sp is live across them
+        # (drawn first, sm_90's ptxas spilled a register of the int32 bfloat16 / float16 specializations)
+        if STREAM == "murmur3":
+            gum = murmur3_noise(g_col, pos_col, idx)
+            sp = log_p + gum
+            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+        sq = tl.where(pos_mass, log_r + gum, NEG_INF)
         sr = tl.where(use_q_col, sq, tl.where(idx == excl_col, NEG_INF, sp))
         sr = tl.where(mask & (sr == sr), sr, NEG_INF)
         up = sp > best_p
