@@ -295,9 +295,9 @@ MUTANTS: list[Mutant] = [
         "The acceptance uniform of the next row: u_{j+1} tests the draft of row j (the vLLM layout's "
         "draft_token_ids[j + 1] offset applied to the uniforms too).",
         TRITON,
-        {"kernels.py": [("u = tl.load(accept_ptr + j_vec, mask=smask, other=0.5).to(tl.float32)",
-                         "u = tl.load(accept_ptr + j_vec + 1, mask=smask, other=0.5).to(tl.float32)  # MUTANT: "
-                         "the next row's u")]},
+        {"kernels.py": [("u, log_scale = explicit_uniform(tl.load(accept_ptr + j_vec, mask=smask, other=0.5))",
+                         "u, log_scale = explicit_uniform(tl.load(accept_ptr + j_vec + 1, mask=smask, other=0.5))"
+                         "  # MUTANT: the next row's u")]},
         build=EXPLICIT_BUILD,
         killers=("certified_equivalence",),
         note="Row j + 1 exists: a verified row is never a request's last (its bonus row).",
@@ -307,8 +307,8 @@ MUTANTS: list[Mutant] = [
         "The Gumbel noise with its sign turned (argmax log r - G, as when an exponential race divides by "
         "exp(G) instead of exp(-G)): the resample prefers the tokens the noise should hold back.",
         TRITON,
-        {"residual.py": [("gum = tl.load(g_col + idx, mask=mask, other=0.0).to(tl.float32)",
-                          "gum = -tl.load(g_col + idx, mask=mask, other=0.0).to(tl.float32)  # MUTANT: -G")]},
+        {"residual.py": [("gum = tl.load(g_col + idx, mask=mask, other=0.0)\n",
+                          "gum = -tl.load(g_col + idx, mask=mask, other=0.0)  # MUTANT: -G\n")]},
         build=EXPLICIT_BUILD,
         killers=("certified_equivalence",),
     ),

@@ -221,3 +221,31 @@ def test_built_in_names_declare_their_family(name, streams, resample):
 
     rec = record_of(load_sampler(name))
     assert (rec.streams, rec.resample) == (streams, resample)
+
+
+@pytest.mark.parametrize("verification", ["token", "block"])
+def test_acceptance_uniforms_below_float32_range(sampler, verification):
+    """A uniform below float32's normal range (SPEC 3c allows any u in (0, 1)) still decides by its own
+    log: with log p(d) = -130 (one-hot draft), u = 1e-50 (log u = -115.1) rejects and u = 1e-60 (-138.2)
+    accepts. Rounded to float32 both would be 0 (log u = -inf): accepted whatever p(d)."""
+    x = np.full((2, 40), -np.inf, np.float32)
+    x[0, :2] = (-130.0, 0.0)
+    x[1, 20] = 0.0
+    b = explicit.filled(make_batch(x, [[0]], [1.0], verification=verification))
+    rejected, _ = _certify(sampler, b.replace(accept_uniforms=np.array([1e-50, 0.5])))
+    accepted, _ = _certify(sampler, b.replace(accept_uniforms=np.array([1e-60, 0.5])))
+    assert rejected.request(0) == [1] and accepted.request(0) == [0, 20]
+
+
+@pytest.mark.parametrize("g", [-1e300, 1e300])
+def test_gumbel_noise_beyond_float32_range(g):
+    """Finite float64 noise beyond float32's range (SPEC 3c allows it) is held at the largest float32:
+    a row of noise at -1e300 (or +1e300) does not score every token -inf (+inf), where the argmax would
+    fall to token 0 of p = 0; the token is the reference's, one with p > 0."""
+    x = np.zeros((1, 40), np.float32)
+    x[0, :5] = -np.inf
+    x[0, 7] = 3.0
+    b = explicit.filled(make_batch(x, [[]], [1.0]))
+    out, _ = _certify(TritonSampler(block_v=16, streams="explicit"),
+                      b.replace(resample_gumbel=np.full((1, 40), g)))
+    assert out.request(0)[0] >= 5

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN, _sum_combine as _SUM  # see masks.py
 
-from .streams import philox_acceptance
+from .streams import explicit_uniform, philox_acceptance
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
@@ -126,11 +126,12 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
             den = z_next + one_m_p
             log_h = tl.where(den > 0.0, tl.log(z_next) - tl.log(tl.where(den > 0.0, den, 1.0)), 0.0)
             log_h = tl.where(nxt, log_h, l_p)
-        if STREAM == "explicit":  # SPEC 3c: the batch's float64 u_i, rounded to float32
-            u = tl.load(accept_ptr + j).to(tl.float32)
+        if STREAM == "explicit":  # SPEC 3c: the batch's float64 u_i, in float32's range (streams.py)
+            u, log_scale = explicit_uniform(tl.load(accept_ptr + j))
+            ok = act & (tl.log(u) - log_scale <= log_h)
         else:
             u = philox_acceptance(seed, tl.load(pos_ptr + j))
-        ok = act & (tl.log(u) <= log_h)
+            ok = act & (tl.log(u) <= log_h)
         tau = tl.where(ok, i + 1, tau)
         l_res = tl.where(ok, l_p, l_res)
     for kb in range(0, tl.reduce(tau, 0, _MAX), STEP_BLOCK):

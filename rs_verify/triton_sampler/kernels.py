@@ -33,7 +33,7 @@ from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pi
 from .masks import _masked_stats, _row_masks
 from .murmur3 import murmur3_noise
 from .residual import resample_kernel  # noqa: F401 - a kernel of this module's pipeline
-from .streams import philox_acceptance, philox_gumbel, philox_resample_seed
+from .streams import explicit_uniform, philox_acceptance, philox_gumbel, philox_resample_seed
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
@@ -283,8 +283,8 @@ def verify_kernel(
             acc = ok & (d == tl.load(t_arg_ptr + j_vec, mask=smask, other=-1))
         else:
             j_pos = tl.load(pos_ptr + j_vec, mask=smask, other=0)
-            if STREAM == "explicit":  # SPEC 3c: the batch's float64 u_j, rounded to float32
-                u = tl.load(accept_ptr + j_vec, mask=smask, other=0.5).to(tl.float32)
+            if STREAM == "explicit":  # SPEC 3c: the batch's float64 u_j, in float32's range (streams.py)
+                u, log_scale = explicit_uniform(tl.load(accept_ptr + j_vec, mask=smask, other=0.5))
             else:
                 u = philox_acceptance(seed, j_pos)
             zd = tl.load(target_ptr + j_vec * V + d_safe, mask=smask, other=NEG_INF)
@@ -297,6 +297,8 @@ def verify_kernel(
             log_p = (zd - tl.load(t_max_ptr + j_vec, mask=smask, other=0.0)) \
                 - tl.load(t_logsum_ptr + j_vec, mask=smask, other=0.0)
             thr = tl.log(u)
+            if STREAM == "explicit":
+                thr = thr - log_scale
             if HAS_DRAFT:
                 zq = tl.load(draft_ptr + (s * K + i_vec) * Vd + d_safe, mask=smask, other=NEG_INF)
                 zq = tl.div_rn(zq.to(tl.float32), t_div)

@@ -34,6 +34,9 @@ from .tiles import _tile_rows
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
 LOG_P_MIN = tl.constexpr(-744.0)
+# SPEC 3c allows any finite float64 noise: beyond float32 it is held at the largest float32, so no
+# token scores +inf or -inf by its noise alone (a row of noise at -inf would leave only p = 0 tokens).
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
 
 
 @triton.jit
@@ -71,8 +74,9 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         log_p = (z - m_col) - log_s_col
         if STREAM == "murmur3":
             pass  # its noise is drawn after the residual's logs, below
-        elif STREAM == "explicit":  # g: request r's row of resample_gumbel
-            gum = tl.load(g_col + idx, mask=mask, other=0.0).to(tl.float32)
+        elif STREAM == "explicit":  # g: request r's row of resample_gumbel, held within float32's range
+            gum = tl.load(g_col + idx, mask=mask, other=0.0)
+            gum = tl.minimum(tl.maximum(gum, -FLT_MAX), FLT_MAX).to(tl.float32)
         else:
             gum = philox_gumbel(g_col, idx)
         if STREAM != "murmur3":

@@ -5,7 +5,8 @@ A family the sampler offers has its helpers here or in a module of its own, name
 kernels that draw noise take that name as their constexpr `STREAM`; `stream_family` checks a
 sampler's `streams` against `STREAMS`, the registered families so offered. `murmur3` (SPEC 3b)
 is murmur3.py's `murmur3_noise`; `explicit` (SPEC 3c) draws nothing: the kernels load the batch's
-float64 `accept_uniforms[j]` and `resample_gumbel[r, x]`, rounded to float32, and resample by
+float64 `accept_uniforms[j]` (brought into float32's range by `explicit_uniform`) and
+`resample_gumbel[r, x]`, rounded to float32, and resample by
 Gumbel-max or, declared `resample="inverse_cdf"` (`resample_method`), by inverse CDF over
 `resample_uniforms[r]` (inverse_cdf.py); `triton-philox` (SPEC 3a) is `philox`:
 
@@ -54,6 +55,29 @@ def philox_gumbel(g, x):
     w1 = 1.0 - v
     log1m_v = tl.where(w1 == 1.0, -v, tl.log(w1) * (-v) / tl.where(w1 == 1.0, -1.0, w1 - 1.0))
     return -tl.log(-log1m_v)
+
+
+# SPEC 3c's acceptance uniforms are float64 in (0, 1); float32 holds them faithfully only in its
+# normal range, and below 2**-126 rounding would make u subnormal or 0 and log u -inf (a draft
+# accepted whatever p / q). So `explicit_uniform` brings u into that range first by exact float64
+# products with 2**200 while u < 2**-100 (at most five: 2**-1074 * 2**1000 = 2**-74; each product
+# stays below 2**100, and the float64 constant needs no libdevice), and returns
+# `(fp32(u 2**(200 k)), 200 k log 2)`: the kernel's log u is `log(first) - second`. For
+# u >= 2**-100 (every drawn uniform) k = 0: fp32(u), as before.
+EXPLICIT_SMALL_U = tl.constexpr(2.0**-100)
+EXPLICIT_U_SCALE = tl.constexpr(2.0**200)  # a float64 constant (beyond float32's range)
+EXPLICIT_LOG_SCALE = tl.constexpr(138.62943611198907)  # 200 log 2
+
+
+@triton.jit
+def explicit_uniform(u):
+    """`(fp32(u * 2**(200 k)), 200 k log 2)` of a float64 uniform `u` (see above)."""
+    k = tl.full(u.shape, 0.0, tl.float32)
+    for _ in tl.static_range(5):
+        small = u < EXPLICIT_SMALL_U
+        u = tl.where(small, u * EXPLICIT_U_SCALE, u)
+        k += small.to(tl.float32)
+    return u.to(tl.float32), k * EXPLICIT_LOG_SCALE
 
 
 # -- which family the kernels draw (a constexpr of theirs), host side --------------------------
