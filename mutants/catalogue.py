@@ -497,7 +497,8 @@ MUTANTS: list[Mutant] = [
            (FINAL_CLAMP, "    pass  # MUTANT: no range clamp\n")),
         killers=("unvalidated_in_bounds",),
         note="Only invalid batches reach it: the classes target_nan (stochastic rows) and target_row_no_finite, "
-             "2 of the 44 defect classes unvalidated_in_bounds draws from.",
+             "2 of the 44 defect classes unvalidated_in_bounds draws from (four distinct classes per example: "
+             "properties/inputs.py).",
     ),
     # -- temperature and the greedy constant (SPEC section 2) ------------------------------------
     Mutant(

@@ -37,10 +37,13 @@ F32 = np.float32
 
 
 def _inverse_cdf(res: np.ndarray, u: float) -> int:
-    """SPEC 4's inverse CDF in float32 prefix sums (the last token with mass when rounding leaves none)."""
+    """SPEC 4's inverse CDF in float32 prefix sums (the last token with mass when rounding leaves none;
+    the last token when no value is positive: NaN probabilities of a batch run without validation)."""
     cum = np.cumsum(res, dtype=F32)
     hit = (res > 0) & (cum > F32(u) * cum[-1])
-    return int(np.argmax(hit)) if hit.any() else int(np.flatnonzero(res > 0)[-1])
+    if hit.any():
+        return int(np.argmax(hit))
+    return int(np.flatnonzero(res > 0)[-1]) if (res > 0).any() else len(res) - 1
 
 
 def fake_chain_speculative_sampling(defect=None):

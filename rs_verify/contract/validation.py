@@ -241,6 +241,16 @@ def check_structure(batch: SpecBatch) -> SpecBatch:
     return batch
 
 
+def check_layout(batch: SpecBatch) -> SpecBatch:
+    """`check_structure` and the batch's layout (`cu_num_logits`, `idx_mapping`, `pos`: O(R + N), no
+    logit is read): what a sampler whose host code lays requests out needs before it can index
+    them, with the values (logits, temperatures, draft ids, noise) left unchecked. `ValueError`
+    otherwise."""
+    check_structure(batch)
+    _check_layout(batch)
+    return batch
+
+
 def validate(batch: SpecBatch) -> SpecBatch:
     """Check `batch` against SPEC section 1 and raise `ValueError` on the first problem.
 

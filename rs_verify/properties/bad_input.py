@@ -96,7 +96,11 @@ def _check_message(batch, field: str, message: str, exc) -> None:
                     "no-finite-row failure mode is invisible to every other property."))
 def unvalidated_in_bounds(ctx, drawn) -> None:
     """With validation off, a bad batch is refused with a ValueError or never yields a token outside [0, V')."""
-    batch, field = drawn
+    for batch, field in drawn:
+        _in_bounds_unvalidated(ctx, batch, field)
+
+
+def _in_bounds_unvalidated(ctx, batch, field) -> None:
     event(f"defect field: {field}")
     sampler = ctx.sampler.unvalidated()
     try:
