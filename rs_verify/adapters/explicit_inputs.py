@@ -9,7 +9,8 @@ probabilities rather than logits and their random numbers as inputs:
 - `Prepared`: the processed logits `z = fp32(x) / T` (SPEC 2, `T = 1` for greedy states) of every
   row over `[0, V')`, their float32 softmax `p`, and each request's draft distributions `q`
   (float32 softmax of `draft_logits / T`, or a point mass at the draft for one-hot drafts);
-- `require_noise`: the `ValueError` of SPEC 9 for a batch without a noise field the sampler reads;
+- `admit`: the refusals of SPEC 9 before any work (validation or the layout, the noise fields the
+  sampler reads, no sampling parameter, a declared verification method); `require_noise` its noise part;
 - `greedy_tokens`: SPEC 4's greedy chain on `argmax z` (torch's, lowest index on ties), for the
   requests whose library path is not the wrapped function.
 """
@@ -22,8 +23,9 @@ import numpy as np
 import torch
 
 from ..contract.batch import SamplerOutput, SpecBatch
+from ..contract.validation import check_layout, validate
 
-__all__ = ["Prepared", "effective_drafts", "greedy_tokens", "output", "prepare", "require_noise"]
+__all__ = ["Prepared", "admit", "effective_drafts", "greedy_tokens", "output", "prepare", "require_noise"]
 
 
 def require_noise(batch: SpecBatch, fields: tuple[str, ...]) -> None:
@@ -32,6 +34,22 @@ def require_noise(batch: SpecBatch, fields: tuple[str, ...]) -> None:
         if getattr(batch, name) is None:
             raise ValueError(f"{name}: this sampler takes its random numbers from the batch (streams = 'explicit', "
                              f"SPEC 3c) and the batch carries none")
+
+
+def admit(sampler, batch: SpecBatch, noise: tuple[str, ...], params_why: str, method_why: str) -> None:
+    """The checks an adapter makes before any work, each a `ValueError` naming the field (SPEC 9):
+    with `sampler.validate` the whole batch, without it its layout only (dtypes, shapes,
+    `cu_num_logits`, `idx_mapping`, `pos`: its own host code indexes by them; the values go to the
+    library unchecked); then the `noise` fields it reads, no sampling parameter (the adapters apply
+    none: `params_why` says where the library does) and a declared verification method
+    (`method_why` says why another is not)."""
+    (validate if sampler.validate else check_layout)(batch)
+    require_noise(batch, noise)
+    if batch.sampling_params_on():
+        raise ValueError(f"{', '.join(batch.sampling_params_on())}: this adapter applies no sampling parameters "
+                         f"({params_why}; sampling_params is empty)")
+    if batch.verification not in sampler.verification_methods:
+        raise ValueError(f"verification: {batch.verification!r} is not declared by this sampler ({method_why})")
 
 
 def effective_drafts(batch: SpecBatch) -> np.ndarray:

@@ -56,7 +56,6 @@ import torch
 
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
-from ..contract.validation import check_layout, validate as validate_batch
 from ..harness import device as backend
 from . import explicit_inputs
 from .explicit_inputs import Prepared
@@ -144,17 +143,8 @@ class VllmV1Sampler:
                 f"device={str(self.device)!r}, validate={self.validate})")
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
-        # Without validation the values go unchecked (the library's kernel meets them), but a batch whose
-        # arrays have the wrong dtypes or shapes (noise included) or whose requests overlap, overrun K or
-        # name no state cannot be laid out for the kernel without reading out of bounds: refused.
-        (validate_batch if self.validate else check_layout)(batch)
-        explicit_inputs.require_noise(batch, NOISE)
-        if batch.sampling_params_on():
-            raise ValueError(f"{', '.join(batch.sampling_params_on())}: this adapter applies no sampling parameters "
-                             f"(vLLM applies them before rejection_sample; sampling_params is empty)")
-        if batch.verification not in self.verification_methods:
-            raise ValueError(f"verification: {batch.verification!r} is not declared by this sampler (vLLM V1 "
-                             f"verifies token by token)")
+        explicit_inputs.admit(self, batch, NOISE, "vLLM applies them before rejection_sample",
+                              "vLLM V1 verifies token by token")
         if batch.num_reqs == 0:
             return empty_output(batch)
         prep = explicit_inputs.prepare(batch, self.device)
