@@ -18,6 +18,7 @@ with a planted defect (another row's uniform, a residual that is `p`) it must fa
 """
 
 import re
+import sys
 import types
 
 import numpy as np
@@ -252,7 +253,6 @@ def test_vllm_v1_noise_functions_are_restored():
 
 
 def test_without_the_libraries_the_error_says_what_to_install(monkeypatch):
-    import sys
 
     monkeypatch.setitem(sys.modules, "sglang", None)
     monkeypatch.setitem(sys.modules, "vllm", None)

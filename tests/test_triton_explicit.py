@@ -16,6 +16,7 @@ from test_triton_sampler_smoke import make_batch, mixed_batch
 from rs_verify.contract import explicit
 from rs_verify.contract.chunking import verify_chunked
 from rs_verify.harness.record import record_of
+from rs_verify.harness.samplers import load_sampler
 from rs_verify.properties.certification import certify, compare_decisions
 from rs_verify.reference import ReferenceSampler
 from rs_verify.triton_sampler import TritonSampler, protocol
@@ -217,8 +218,6 @@ def test_resample_declaration():
                                                      ("triton-explicit-icdf", "explicit", "inverse_cdf")])
 def test_built_in_names_declare_their_family(name, streams, resample):
     """The CLI's and the plugin's built-in names load the Triton sampler of each family it offers."""
-    from rs_verify.harness.samplers import load_sampler
-
     rec = record_of(load_sampler(name))
     assert (rec.streams, rec.resample) == (streams, resample)
 
