@@ -57,7 +57,7 @@ import sys
 import numpy as np
 import torch
 
-from ..contract import methods
+from ..contract import explicit, methods
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..harness import device as backend
@@ -69,7 +69,7 @@ CHAIN, BLOCK = "chain_speculative_sampling_triton", "chain_block_speculative_sam
 PARAMETERS = ("predicts", "accept_index", "accept_token_num", "candidates", "retrive_index", "retrive_next_token",
               "retrive_next_sibling", "uniform_samples", "uniform_samples_for_final_sampling", "target_probs",
               "draft_probs", "threshold_single", "threshold_acc", "deterministic")
-NOISE = ("accept_uniforms", "resample_uniforms")
+NOISE = explicit.READS[explicit.INVERSE_CDF]
 
 
 def load_sglang() -> tuple:

@@ -54,6 +54,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from ..contract import explicit
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..harness import device as backend
@@ -71,7 +72,7 @@ CONVENTION = {
 }
 KERNEL = "sample_recovered_tokens_kernel"
 KERNEL_ARGS = 9  # out, cu, draft ids, draft probs, target probs, q, vocab size, padded vocab size, no-draft-probs flag
-NOISE = ("accept_uniforms", "resample_gumbel")
+NOISE = explicit.READS[explicit.GUMBEL]
 _PATCH_LOCK = threading.RLock()  # the replacements live in the module's namespace during a call
 
 

@@ -26,12 +26,14 @@ import numpy as np
 from .murmur3 import hash_words
 from .streams import StreamFamily, register
 
-__all__ = ["EXPLICIT", "GUMBEL", "INVERSE_CDF", "PREFIX_ULP", "RESAMPLE", "drawn_gumbel", "inverse_cdf_tolerance", "drawn_uniforms", "filled", "prefix_fractions",
+__all__ = ["EXPLICIT", "GUMBEL", "INVERSE_CDF", "PREFIX_ULP", "READS", "RESAMPLE", "drawn_gumbel", "inverse_cdf_tolerance", "drawn_uniforms", "filled", "prefix_fractions",
            "resample_gumbel", "resample_uniforms", "row_uniforms"]
 
 #: How an explicit sampler resamples (SPEC 4 and 10): Gumbel-max, or inverse CDF over the residual.
 RESAMPLE = ("gumbel", "inverse_cdf")
 GUMBEL, INVERSE_CDF = RESAMPLE
+#: The noise fields a sampler of the family reads, by how it resamples (SPEC 3c and 4).
+READS = {GUMBEL: ("accept_uniforms", "resample_gumbel"), INVERSE_CDF: ("accept_uniforms", "resample_uniforms")}
 #: float32's relative rounding, once per term of a prefix sum (SPEC section 8).
 PREFIX_ULP = 2.0**-23
 

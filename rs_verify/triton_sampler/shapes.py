@@ -1,6 +1,6 @@
 """Shape checks of `rejection_sample`'s arguments: what memory safety needs even without validation."""
 
-from ..contract.explicit import INVERSE_CDF
+from ..contract.explicit import READS
 
 from ..contract.methods import BLOCK, TOKEN
 
@@ -53,11 +53,9 @@ def check_noise(explicit, resample, n, r, vocab, accept_uniforms, resample_gumbe
     another family: all None)."""
     if not explicit:
         return None, None, None
-    read = {"accept_uniforms": (accept_uniforms, (n,))}
-    if resample == INVERSE_CDF:
-        read["resample_uniforms"] = (resample_uniforms, (r,))
-    else:
-        read["resample_gumbel"] = (resample_gumbel, (r, vocab))
+    given = {"accept_uniforms": (accept_uniforms, (n,)), "resample_gumbel": (resample_gumbel, (r, vocab)),
+             "resample_uniforms": (resample_uniforms, (r,))}
+    read = {name: given[name] for name in READS[resample]}
     for name, (t, shape) in read.items():
         if t is None:
             raise ValueError(f"{name}: the explicit stream family reads it (SPEC 3c), and none was given")
