@@ -86,7 +86,7 @@ def _k(*pairs):
 
 
 # -- recurring anchors in rs_verify/triton_sampler/kernels.py (the streams' helpers: streams.py) ----
-RESAMPLE_SEED = "g = philox_resample_seed(seed, pos_t)"
+RESAMPLE_SEED = "key = philox_resample_seed(seed, pos)"  # streams.resample_key
 ACCEPT_U = "u = philox_acceptance(seed, j_pos)"
 STATE_SEED = "seed = tl.load(seeds_ptr + s)"
 GREEDY = "greedy = temp == 0.0"
@@ -114,7 +114,7 @@ MUTANTS: list[Mutant] = [
         "Shared noise stream between draft and resample: the resample noise is keyed at pos + 2**30, "
         "the drafter's salted stream, so the resample reuses the noise that picked the draft.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, pos_t + 1073741824)  # MUTANT: drafter salt")),
+        {"streams.py": [(RESAMPLE_SEED, "key = philox_resample_seed(seed, pos + 1073741824)  # MUTANT: drafter salt")]},
         killers=("certified_equivalence",),
         note="Biases the output only against drafts drawn with that stream (distribution_model_drafts on CUDA); "
              "under the interpreter the certification sees the stream itself differ.",
@@ -124,10 +124,8 @@ MUTANTS: list[Mutant] = [
         "Acceptance uniform reused as the resample noise: token x's noise is rand(seed, pos + x), so token 0's "
         "noise is the acceptance uniform u itself and token x's is the uniform of position pos + x.",
         TRITON,
-        _k(
-            ("gum = philox_gumbel(g, idx)", "gum = philox_gumbel(g, pos_t + idx)  # MUTANT"),
-            (RESAMPLE_SEED, "g = seed  # MUTANT: the acceptance stream"),
-        ),
+        {"streams.py": [("gum = philox_gumbel(key, idx)", "gum = philox_gumbel(key, pos + idx)  # MUTANT"),
+                        (RESAMPLE_SEED, "key = seed  # MUTANT: the acceptance stream")]},
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -135,7 +133,7 @@ MUTANTS: list[Mutant] = [
         "Resample seed g = randint(seed, pos) held as int32 and reloaded: tl.rand sign-extends it (SPEC 3: "
         "Triton widens it without sign extension), so every g < 0 draws other noise.",
         TRITON,
-        _k((RESAMPLE_SEED, "g = philox_resample_seed(seed, pos_t).to(tl.int32, bitcast=True)  # MUTANT")),
+        {"streams.py": [(RESAMPLE_SEED, "key = philox_resample_seed(seed, pos).to(tl.int32, bitcast=True)  # MUTANT")]},
         killers=("certified_equivalence",),
     ),
     Mutant(
@@ -144,7 +142,7 @@ MUTANTS: list[Mutant] = [
         "permuted, split or merged.",
         TRITON,
         _k((ACCEPT_U, "u = philox_acceptance(seed, j_vec)  # MUTANT: row, not pos"),
-           (RESAMPLE_SEED, "g = philox_resample_seed(seed, jt)  # MUTANT: row, not pos")),
+           ("g = resample_key(seed, pos_t, STREAM)", "g = resample_key(seed, jt, STREAM)  # MUTANT: row, not pos")),
         killers=("batch_invariance", "certified_equivalence"),
     ),
     Mutant(
@@ -241,12 +239,14 @@ MUTANTS: list[Mutant] = [
         "A half-migrated sampler: the resample after a rejected draft draws murmur3 noise, the draw without "
         "one (the bonus, or the resample after a padded draft) still Philox's rand(randint(seed, pos), x).",
         TRITON,
-        {"kernels.py": [("gum = murmur3_noise(g, pos_t, idx)",
-                         "gum = tl.where(use_q, murmur3_noise(g, pos_t, idx), "
-                         "philox_gumbel(philox_resample_seed(g, pos_t), idx))  # MUTANT: bonus still Philox")],
-         "residual.py": [("gum = murmur3_noise(g_col, pos_col, idx)",
-                          "gum = tl.where(use_q_col | (excl_col >= 0), murmur3_noise(g_col, pos_col, idx), "
-                          "philox_gumbel(philox_resample_seed(g_col, pos_col), idx))  # MUTANT: bonus still Philox")]},
+        {"kernels.py": [("gum = resample_noise(g, pos_t, idx, mask, STREAM)",
+                         "gum = tl.where(use_q, resample_noise(g, pos_t, idx, mask, STREAM), "
+                         "resample_noise(resample_key(g, pos_t, \"philox\"), pos_t, idx, mask, \"philox\"))"
+                         "  # MUTANT: bonus still Philox")],
+         "residual.py": [("gum = resample_noise(g_col, pos_col, idx, mask, STREAM)",
+                          "gum = tl.where(use_q_col | (excl_col >= 0), resample_noise(g_col, pos_col, idx, mask, STREAM), "
+                          "resample_noise(resample_key(g_col, pos_col, \"philox\"), pos_col, idx, mask, \"philox\"))"
+                          "  # MUTANT: bonus still Philox")]},
         build=MURMUR3_BUILD,
         killers=("certified_equivalence",),
         note="verify_kernel passes ok_t (a rejected, valid draft) as use_q for model and one-hot drafts alike.",
@@ -307,8 +307,8 @@ MUTANTS: list[Mutant] = [
         "The Gumbel noise with its sign turned (argmax log r - G, as when an exponential race divides by "
         "exp(G) instead of exp(-G)): the resample prefers the tokens the noise should hold back.",
         TRITON,
-        {"residual.py": [("gum = tl.load(g_col + idx, mask=mask, other=0.0)\n",
-                          "gum = -tl.load(g_col + idx, mask=mask, other=0.0)  # MUTANT: -G\n")]},
+        {"streams.py": [("gum = tl.load(key + idx, mask=mask, other=0.0)\n",
+                         "gum = -tl.load(key + idx, mask=mask, other=0.0)  # MUTANT: -G\n")]},
         build=EXPLICIT_BUILD,
         killers=("certified_equivalence",),
     ),

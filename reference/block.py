@@ -70,7 +70,7 @@ def verify_block(slab, reqs: np.ndarray, d_safe: np.ndarray) -> dict:
         mq, _, eq, sq = softmax_parts(zq, eq, None)
         log_qd = np.full((nb, k), np.nan)
         log_qd[ri, st] = _at(zq, d) - mq - np.log(sq)
-    u[ri, st] = slab.uniforms(rows)  # the family's exact values
+    u[ri, st] = slab.uniforms(rows, st)  # the family's exact values, by the block seed
     log_prefix = prefix_ratios(log_pd, log_qd, m)
 
     # Z_{i+1} at the rows of steps 1 <= i + 1 < m, with P_i of the step before.

@@ -16,7 +16,7 @@ from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
 from rs_verify.contract.explicit import GUMBEL, RESAMPLE
 from rs_verify.contract.masks import state_params
-from rs_verify.contract.streams import StreamFamily, family as family_of, registered
+from rs_verify.contract.streams import PLAIN, StreamFamily, family as family_of, registered
 from rs_verify.contract.triton_philox import TRITON_PHILOX
 from rs_verify.contract.validation import check_structure, validate as validate_batch
 
@@ -44,6 +44,8 @@ class ReferenceSampler:
       as the family's deterministic draw (`rs_verify.contract.explicit`: what the suite fills
       in for the sampler under test).
     - `resample`: `"gumbel"` or, with a family keyed by the batch, `"inverse_cdf"` (SPEC 4).
+    - `block_seed`: how block step `i` keys its acceptance uniform (SPEC 3b and 10): `"plain"` or,
+      with a family that offers it, `"step"` (`seed ^ (i << 32)`).
     """
 
     name = "reference"
@@ -53,7 +55,7 @@ class ReferenceSampler:
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS,
-                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL):
+                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL, block_seed: str = PLAIN):
         self.validate = bool(validate)
         self.slab_elems = int(slab_elems)
         self.family = family_of(streams)
@@ -61,20 +63,27 @@ class ReferenceSampler:
             raise ValueError(f"resample must be one of {list(RESAMPLE)}, and {resample!r} needs a family keyed by "
                              f"the batch (SPEC 3c), not {self.family.name!r}")
         self.resample = resample
+        if block_seed not in self.family.block_seeds:
+            raise ValueError(f"block_seed: the stream family {self.family.name!r} draws {list(self.family.block_seeds)}, "
+                             f"not {block_seed!r} (SPEC 3b and 10)")
+        self.block_seed = block_seed
         # The declaration (SPEC section 10): a shipped family by name, another as its record.
         self.streams = self.family.name if registered(self.family) else self.family
 
     def __repr__(self) -> str:
         extra = "" if self.family is TRITON_PHILOX else f", streams={self.family.name!r}"
         extra += "" if self.resample == GUMBEL else f", resample={self.resample!r}"
+        extra += "" if self.block_seed == PLAIN else f", block_seed={self.block_seed!r}"
         return f"ReferenceSampler(validate={self.validate}{extra})"
 
-    def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL) -> "ReferenceSampler":
-        """This reference drawing the random numbers of `streams` instead, resampling as `resample`
-        (itself when both are its own)."""
-        if family_of(streams) is self.family and resample == self.resample:
+    def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL,
+                     block_seed: str = PLAIN) -> "ReferenceSampler":
+        """This reference drawing the random numbers of `streams` instead, resampling as `resample`, its
+        block steps keyed by `block_seed` (itself when all three are its own)."""
+        if family_of(streams) is self.family and (resample, block_seed) == (self.resample, self.block_seed):
             return self
-        return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams, resample=resample)
+        return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams, resample=resample,
+                          block_seed=block_seed)
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         """Verify `batch` (SPEC sections 4-6); `max_chunk_logits` None: the whole batch at once."""
@@ -111,7 +120,7 @@ class ReferenceSampler:
         k1 = batch.num_speculative_steps + 1
         sampled = np.empty((batch.num_reqs, k1), dtype=np.int64)
         num = np.empty(batch.num_reqs, dtype=np.int32)
-        shared = BatchArrays(batch, self.family, self.resample)
+        shared = BatchArrays(batch, self.family, self.resample, self.block_seed)
         lp_parts, traces = [], []
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ra, rb in iter_request_chunks(cu, rows_cap):
@@ -130,12 +139,14 @@ class BatchArrays:
     """The batch's arrays as the slabs read them (draft logits flattened to `[S * K, Vd]` once);
     `params`: the sampling parameters per state, None when none is on (SPEC section 2); `block`:
     stochastic requests verify as a block (section 4b); `family`: the stream family (section 3);
-    `resample`: `"gumbel"` or `"inverse_cdf"` (section 4)."""
+    `resample`: `"gumbel"` or `"inverse_cdf"` (section 4); `block_seed`: the block steps' seed (3b)."""
 
-    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = GUMBEL):
+    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = GUMBEL,
+                 block_seed: str = PLAIN):
         self.batch = batch
         self.family = family
         self.resample = resample
+        self.block_seed = block_seed
         self.k = batch.num_speculative_steps
         self.v = batch.vocab_size
         self.vp = batch.effective_vocab_size

@@ -22,6 +22,7 @@ import numpy as np
 
 from rs_verify.contract.explicit import resample_uniforms
 from rs_verify.contract.scratch import Scratch
+from rs_verify.contract.streams import PLAIN
 
 from . import inverse_cdf
 from .block import block_decisions, verify_block
@@ -86,9 +87,13 @@ class Slab:
                 self.z = buf
             self.masks = mask_slab(self, self.z, b.params, flips)
 
-    def uniforms(self, rows: np.ndarray) -> np.ndarray:
-        """The acceptance uniforms of the given slab rows in the batch's family (SPEC section 3)."""
-        return self.b.family.at_rows(self.b.batch, self.lo + rows, self.seeds[self.req[rows]], self.pos[rows])
+    def uniforms(self, rows: np.ndarray, steps: np.ndarray | None = None) -> np.ndarray:
+        """The acceptance uniforms of the given slab rows in the batch's family (SPEC section 3); with
+        `steps`, those of block steps (SPEC 4b), keyed by the sampler's block seed (SPEC 3b)."""
+        fam, seeds = self.b.family, self.seeds[self.req[rows]]
+        if steps is not None and self.b.block_seed != PLAIN:
+            return fam.block_uniforms(seeds, self.pos[rows], steps, self.b.block_seed)
+        return fam.at_rows(self.b.batch, self.lo + rows, seeds, self.pos[rows])
 
     def gather(self, rows: np.ndarray, scratch: Scratch) -> np.ndarray:
         """Processed target logits of the given slab rows, float32 `[len, V']` (in `scratch`)."""

@@ -10,4 +10,4 @@ Imports NumPy only, and nothing else of the project.
 # and `streams` imports none of them, so the registry is whole before any lookup and no lookup
 # imports (a git baseline's child that swaps the contract's modules keeps this tree's registry).
 # A new family is one more module here.
-from . import triton_philox, murmur3, explicit  # noqa: F401,E402  (in registration order)
+from . import triton_philox, murmur3, murmur3_fp64, explicit  # noqa: F401,E402  (in registration order)

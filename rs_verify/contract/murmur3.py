@@ -16,13 +16,15 @@ All arithmetic is on uint32 arrays, where NumPy's multiply and add wrap modulo `
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from .streams import StreamEdges, StreamFamily, register
+from .streams import BLOCK_SEEDS, NoisePlant, StreamEdges, StreamFamily, register
 from .triton_philox import TRITON_PHILOX
 
-__all__ = ["MURMUR3", "U_FLOOR_LOG", "hash_words", "key_words", "noise_from_uniform", "resample_noise",
-           "seed_for_hash", "uniform_from_hash"]
+__all__ = ["MURMUR3", "SMALLEST_HASH", "SMALLEST_LABEL", "TOP_HASH", "TOP_LABEL", "U_FLOOR_LOG", "hash_words", "key_words", "noise_from_uniform", "resample_noise",
+           "seed_for_hash", "seeds_for_hash", "uniform_from_hash"]
 
 C1 = np.uint32(0xCC9E2D51)
 C2 = np.uint32(0x1B873593)
@@ -44,11 +46,12 @@ def _rotl(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
 
-def hash_words(*words: np.ndarray) -> np.ndarray:
-    """MurmurHash3_x86_32 (hash seed 0) of the key made of the given uint32 words, elementwise
-    over their broadcast shape: the key of element `i` is `words[0][i], words[1][i], ...`."""
+def hash_words(*words: np.ndarray, hash_seed: int = 0) -> np.ndarray:
+    """MurmurHash3_x86_32 of the key made of the given uint32 words, elementwise over their
+    broadcast shape (the key of element `i` is `words[0][i], words[1][i], ...`), the state
+    starting from `hash_seed` (0 in SPEC 3b; `murmur3-fp64` also hashes with `0x9E3779B9`)."""
     words = [np.asarray(w, dtype=np.uint32) for w in words]
-    h = np.zeros(np.broadcast_shapes(*(w.shape for w in words)), np.uint32)
+    h = np.full(np.broadcast_shapes(*(w.shape for w in words)), hash_seed & _M, np.uint32)
     with np.errstate(over="ignore"):
         for w in words:
             k = w * C1
@@ -143,20 +146,28 @@ def _unstep(h_next: int, k: int) -> int:
     return _rotr(h, 13) ^ _mix_k(k)
 
 
-def seed_for_hash(target: int, seed_hi: int, pos: int, token: int) -> int:
+def seed_for_hash(target: int, seed_hi: int, pos: int, token: int, hash_seed: int = 0) -> int:
     """The int64 seed with high word `seed_hi` whose key `(seed_lo, seed_hi, pos_lo, token)`
-    hashes to `target` (SPEC 3b): the seed that plants a chosen noise on `token` at `pos`."""
+    hashes to `target` with `hash_seed` (SPEC 3b): the seed that plants a chosen noise on `token`
+    at `pos`."""
+    return int(seeds_for_hash(target, np.array([seed_hi & _M], np.uint64), pos, token, hash_seed)[0])
+
+
+def seeds_for_hash(target: int, seed_his: np.ndarray, pos: int, token: int, hash_seed: int = 0) -> np.ndarray:
+    """`seed_for_hash` for an array of high words at once (int64 seeds); the arithmetic above, on
+    uint64 arrays with every product masked to its low 32 bits."""
+    his = np.asarray(seed_his).astype(np.uint64) & np.uint64(_M)
     h = _unfmix(target & _M) ^ 16
-    for word in (token & _M, pos & _M, seed_hi & _M):
+    for word in (token & _M, pos & _M):
         h = _unstep(h, word)
-    # h is now the state after the first block: h = _step(0, seed_lo); invert the block's mix.
-    k = ((h - int(N_ADD)) * _inv(5)) & _M
-    k = _rotr(k, 13)  # = 0 ^ mix_k(seed_lo)
-    k = (k * _inv(int(C2))) & _M
+    h = _unstep(np.full(his.shape, h, np.uint64), his)
+    # h is now the state after the first block: h = _step(hash_seed, seed_lo); invert the block's mix.
+    k = ((h - np.uint64(N_ADD)) * np.uint64(_inv(5))) & np.uint64(_M)
+    k = _rotr(k, 13) ^ np.uint64(hash_seed & _M)  # = mix_k(seed_lo)
+    k = (k * np.uint64(_inv(int(C2)))) & np.uint64(_M)
     k = _rotr(k, 15)
-    seed_lo = (k * _inv(int(C1))) & _M
-    bits = ((seed_hi & _M) << 32) | seed_lo
-    return bits - 2**64 if bits >= 2**63 else bits
+    seed_lo = (k * np.uint64(_inv(int(C1)))) & np.uint64(_M)
+    return ((his << np.uint64(32)) | seed_lo).view(np.int64)
 
 
 # -- the family ------------------------------------------------------------------------------
@@ -171,14 +182,28 @@ def resample_noise(seeds: np.ndarray, pos: np.ndarray, vocab: int, out: np.ndarr
     return noise_from_uniform(uniform_from_hash(h), out=out)
 
 
+TOP_HASH, SMALLEST_HASH = 2**32 - 1, 0  # u = 1.0 (the floored noise) and the smallest u, 2**-33
+TOP_LABEL = "murmur3: u = 1.0 (floored noise) wins a bonus token"
+SMALLEST_LABEL = "murmur3: the smallest u (2**-33) decides a bonus token"
+
+
 def _edges():
     """The family's edge points: the acceptance floor is triton-philox's (the same uniform); the
     smallest noise uniform `u = 2**-33` (hash 0, below `2**-25`) and `u = 1.0` (hash `2**32 - 1`,
-    the `2**-24` floor) are planted on token 3 at a position above `2**32` by the seed's low word."""
+    the `2**-24` floor) are planted on token 3 at a position above `2**32` by the seed's low word,
+    and on any token the strategies draw (`NoisePlant.aim`): `u = 1.0` must win there (without the
+    floor `G = -inf`), the smallest `u` must decide a near-tie (G ~ 22.9; a float32 `log(1 - u)`
+    gives `+inf`, triton-philox's floor `TINY` on `u` 21.5)."""
     pos = 2**32 + 1671644  # its low word alone is hashed
-    return StreamEdges(zero_uniform=TRITON_PHILOX.edges.zero_uniform,
-                       tiny_noise=(seed_for_hash(0, 2026, pos, 3), pos, 3),
-                       top_noise=(seed_for_hash(2**32 - 1, 2026, pos, 3), pos, 3))
+    tiny, top = (seed_for_hash(SMALLEST_HASH, 2026, pos, 3), pos, 3), (seed_for_hash(TOP_HASH, 2026, pos, 3), pos, 3)
+    return StreamEdges(zero_uniform=TRITON_PHILOX.edges.zero_uniform, tiny_noise=tiny, top_noise=top,
+                       plants=(NoisePlant("wins", TOP_LABEL, (top,), partial(_aim, TOP_HASH)),
+                               NoisePlant("near", SMALLEST_LABEL, (tiny,), partial(_aim, SMALLEST_HASH))),
+                       pos_period=2**32)
+
+
+def _aim(target: int, seed_hi: int, pos: int, token: int) -> int:
+    return seed_for_hash(target, seed_hi, pos, token)
 
 
 def _register():
@@ -191,7 +216,9 @@ def _register():
         edges=_edges(),
         triton="murmur3",
         triton_check="rs_verify.triton_sampler.murmur3:check_matches_contract",
-        doc="Triton Philox acceptance uniforms, MurmurHash3 resampling noise; vLLM MRV2 from PR 51367 on.",
+        block_seeds=BLOCK_SEEDS,
+        doc="Triton Philox acceptance uniforms, MurmurHash3 resampling noise; vLLM MRV2 from PR 51367 on "
+            "(block verification keyed by the step-mixed seed from 0.33.0 on: block_seed 'step').",
     ))
 
 

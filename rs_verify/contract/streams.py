@@ -15,7 +15,11 @@ holds everything the suite needs of it:
   `fill(batch)` returns the batch with the fields it lacks drawn (deterministically); `at_rows`
   and `at_requests` read either kind for the reference;
 - `floor`: the smallest acceptance uniform (`TINY`), and `edges`: the stream points random
-  draws never reach that the strategies and the edge properties plant (`StreamEdges`);
+  draws never reach that the strategies and the edge properties plant (`StreamEdges`, with the
+  noise edges the strategies plant in drawn batches as `NoisePlant`s);
+- `block_seeds`: the block seeds a sampler of the family may declare (SPEC 3b and 10): `"plain"`
+  (step `i` of a block is keyed by the request's seed, as token-wise rows are) and, where the
+  family's releases draw it, `"step"` (`seed ^ (i << 32)`); `block_uniforms` draws either;
 - `triton`: what a Triton kernel needs to reproduce the family, the name of the helper the
   Triton sampler selects (`rs_verify.triton_sampler.streams`), or None;
 - `triton_check`: how the NumPy bits are checked against Triton, a `module:function` path (or
@@ -42,15 +46,52 @@ import numpy as np
 
 from .batch import SpecBatch
 
-__all__ = ["FAMILIES", "KEYED_BY", "OWN", "StreamEdges", "StreamFamily", "family", "family_path",
-           "register", "registered", "resolve_path", "shipped"]
+__all__ = ["BLOCK_SEEDS", "FAMILIES", "KEYED_BY", "NoisePlant", "OWN", "PLAIN", "PLANT_KINDS", "STEP", "StreamEdges",
+           "StreamFamily", "family", "family_path", "register", "registered", "resolve_path", "shipped", "step_seeds"]
 
 OWN = "own"  # a sampler with its own generator: nothing to certify (SPEC section 10)
 KEYED_BY = ("seed_pos", "batch")
+PLAIN, STEP = "plain", "step"
+BLOCK_SEEDS = (PLAIN, STEP)  # SPEC 3b and 10: how block step i keys its acceptance uniform
 #: `G_x` above this means a noise uniform `v < 2**-25`, where `1 - v` rounds to 1 in float32.
 TINY_NOISE_G = 25 * math.log(2.0) + 0.01
 #: The smallest finite noise a floor of `2**-24` on `1 - u` allows: `-log(24 log 2)`.
 TOP_NOISE_G = -math.log(24 * math.log(2.0))
+
+
+def step_seeds(seeds, steps) -> np.ndarray:
+    """SPEC 3b's step-mixed block seed `seed ^ (i << 32)` (vLLM's `spec_step_seed`), int64, broadcast."""
+    s = np.asarray(seeds, np.int64).view(np.uint64)
+    i = np.asarray(steps, np.int64).astype(np.uint64)
+    return (s ^ (i << np.uint64(32))).view(np.int64)
+
+
+#: What a planted noise edge does to a sampler that mishandles it, and so how it is planted:
+#: "wins": the SPEC's noise there is finite where a missing floor makes it -inf (the token is set
+#: to win by 1-4 nats); "loses": finite where a missing clamp makes it +inf (the token is set to
+#: lose by 1-4 nats); "near": a value a less precise noise misses (the token is set 0.2-1 nats
+#: from the best other score, on either side).
+PLANT_KINDS = ("wins", "loses", "near")
+
+
+@dataclass(frozen=True)
+class NoisePlant:
+    """One noise edge of a family that the strategies plant in drawn batches (`strategies.stream_edges`).
+
+    - `kind`: one of `PLANT_KINDS`; `label`: the knob reported when a batch carries it;
+    - `keys`: `(seed, pos, token)` keys whose noise is the edge (all the same value);
+    - `aim`: for a family that can reach the edge on any key, `aim(seed_hi, pos, token)` gives the
+      seed with that high word that puts the edge on `token` at `pos`; None: only `keys` carry it.
+    """
+
+    kind: str
+    label: str
+    keys: tuple[tuple[int, int, int], ...]
+    aim: Callable[[int, int, int], int] | None = None
+
+    def __post_init__(self):
+        if self.kind not in PLANT_KINDS or not self.label or not self.keys:
+            raise ValueError(f"noise plant {self.label!r}: kind one of {list(PLANT_KINDS)}, a label and at least one key")
 
 
 @dataclass(frozen=True)
@@ -61,14 +102,17 @@ class StreamEdges:
       (a sampler that skips the floor accepts any draft there: `log 0 = -inf`);
     - `tiny_noise`: `(seed, pos, token)` whose resample uniform is below `2**-25`, so `1 - v`
       is 1 in float32 (a sampler that writes `log(1 - v)` gets `G = +inf` there);
-    - `top_noise`: `(seed, pos, token)` whose resample uniform is the family's largest, where a
-      floor keeps `G` finite (murmur3: `u = 1.0`, `max(1 - u, 2**-24)`), or None when the
-      family's uniforms stay below 1 (triton-philox).
+    - `top_noise`: `(seed, pos, token)` whose noise is the family's smallest, where a floor or
+      the uniform's own bottom keeps `G` finite (murmur3: `u = 1.0`, `max(1 - u, 2**-24)`;
+      murmur3-fp64: `u = 2**-54`), or None when the family has no such point (triton-philox).
+    - `plants`, `pos_period`: see `NoisePlant`; checked with the rest.
     """
 
     zero_uniform: tuple[int, int]
     tiny_noise: tuple[int, int, int]
     top_noise: tuple[int, int, int] | None = None
+    plants: tuple[NoisePlant, ...] = ()  # the noise edges the strategies plant in drawn batches
+    pos_period: int | None = None  # positions this far apart share their noise (murmur3: only pos_lo is hashed)
 
 
 @dataclass(frozen=True)
@@ -86,6 +130,7 @@ class StreamFamily:
     triton: str | None = None
     triton_check: str | Callable | None = None
     fill: Callable | None = None  # keyed_by "batch": the batch with its missing noise fields drawn
+    block_seeds: tuple[str, ...] = (PLAIN,)
     doc: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -107,6 +152,10 @@ class StreamFamily:
         for what in ("acceptance", "noise"):
             if not callable(getattr(self, what)):
                 raise ValueError(f"{who}: {what} must be a function of ({keys}{', vocab' * (what == 'noise')})")
+        if not self.block_seeds or not set(self.block_seeds) <= set(BLOCK_SEEDS) or PLAIN not in self.block_seeds:
+            raise ValueError(f"{who}: block_seeds {self.block_seeds!r} must include {PLAIN!r} and be among {list(BLOCK_SEEDS)}")
+        if STEP in self.block_seeds and self.keyed_by != "seed_pos":
+            raise ValueError(f"{who}: a step-mixed block seed needs a family keyed by (seed, pos)")
         tc = self.triton_check
         if tc is not None and not callable(tc) and not (isinstance(tc, str) and tc.count(":") == 1):
             raise ValueError(f"{who}: triton_check must be a callable or a 'module:function' path, not {tc!r}")
@@ -145,6 +194,12 @@ class StreamFamily:
             if not -np.inf < gx <= TOP_NOISE_G + 1e-9:
                 raise ValueError(f"{who}: edges.top_noise {self.edges.top_noise} gives G = {gx!r}, not the "
                                  f"floored top of the noise (G = {TOP_NOISE_G:.4f}): rescan the edge values")
+        for plant in self.edges.plants:
+            keys = np.array(plant.keys, np.int64).reshape(-1, 3)
+            g = self.noise(keys[:, 0], keys[:, 1], int(keys[:, 2].max()) + 1)[np.arange(len(keys)), keys[:, 2]]
+            if not (np.isfinite(g).all() and (g == g[0]).all()):
+                raise ValueError(f"{who}: the keys of plant {plant.label!r} give the noise {g!r}, not one finite "
+                                 "edge value: rescan them")
 
     def _check_batch_keyed(self, who: str) -> None:
         """A family keyed by the batch reads the batch's fields and fills a batch without them (SPEC 3c)."""
@@ -194,6 +249,16 @@ class StreamFamily:
 
     def describe(self) -> str:
         return f"{self.name} (SPEC section {self.section})"
+
+    def block_uniforms(self, seeds, pos, steps, block_seed: str = PLAIN) -> np.ndarray:
+        """The acceptance uniforms of block steps `steps` (SPEC 4b) at `(seeds, pos)`: `uniforms` keyed by
+        the plain seed or, `block_seed == "step"`, by `step_seeds(seeds, steps)` (SPEC 3b)."""
+        if block_seed not in self.block_seeds:
+            raise ValueError(f"stream family {self.name!r} draws the block seeds {list(self.block_seeds)}, "
+                             f"not {block_seed!r} (SPEC 3b and 10)")
+        if block_seed == STEP:
+            seeds = step_seeds(np.asarray(seeds, np.int64).reshape(-1), np.asarray(steps, np.int64).reshape(-1))
+        return self.uniforms(seeds, pos)
 
     def uniforms(self, seeds, pos) -> np.ndarray:
         """`acceptance` with its arguments as int64 arrays (a family keyed by (seed, pos))."""

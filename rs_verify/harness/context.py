@@ -7,6 +7,7 @@ from typing import Any
 
 from ..contract import methods
 from ..contract.explicit import GUMBEL
+from ..contract.streams import PLAIN
 from .handle import SamplerUnderTest, as_sampler
 from .record import SamplerRecord, record_of
 
@@ -52,16 +53,19 @@ class Context:
 
 def certifying_reference(reference, record: SamplerRecord | None):
     """`reference` bound to `record`'s stream family (and, for an explicit sampler, its `resample`,
-    SPEC 4): its `with_streams(family[, resample])` when it offers one, else itself when it declares
-    the same, else None."""
+    SPEC 4; a step-mixed block seed, SPEC 3b): its `with_streams(family[, resample][, block_seed])`
+    when it offers one, else itself when it declares the same, else None."""
     if reference is None or record is None or record.family is None:
         return None
-    resample = {} if record.resample == GUMBEL else {"resample": record.resample}
+    kw = {} if record.resample == GUMBEL else {"resample": record.resample}
+    if record.block_seed != PLAIN:
+        kw["block_seed"] = record.block_seed
     bind = getattr(reference, "with_streams", None)
     if callable(bind):
-        return bind(record.family, **resample)
+        return bind(record.family, **kw)
     own = record_of(reference)
-    return reference if own.family is record.family and own.resample == record.resample else None
+    same = own.family is record.family and (own.resample, own.block_seed) == (record.resample, record.block_seed)
+    return reference if same else None
 
 
 def capabilities(ctx: Context) -> set[str]:

@@ -10,6 +10,8 @@ Declarations (defaults in brackets): `name` [the class name], `streams` ["own"; 
 family: a registered name, `"spec"` (read as `"triton-philox"`), a `module:attribute` path of a
 `StreamFamily` record, or the record itself (SPEC 3d)], `resample` ["gumbel"; or "inverse_cdf":
 how a sampler of the `explicit` family resamples (SPEC 4 and 10), meaningless for another],
+`block_seed` ["plain"; or "step": the block steps' acceptance seed `seed ^ (i << 32)`, SPEC 3b, for a
+family whose record offers it],
 `supports_chunking` [False], `supports_logprobs` [True], `draft_modes` [{"model", "one_hot"}],
 `logits_dtypes` [all three], `min_spec_steps` [0], `verification_methods` [{"token"}],
 `sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
@@ -50,6 +52,7 @@ class SamplerRecord:
     # "own", a registered family's name, or a StreamFamily record the suite does not ship (SPEC 3d)
     streams: str | stream_families.StreamFamily = stream_families.OWN
     resample: str = GUMBEL  # "gumbel" or "inverse_cdf" (a family keyed by the batch only, SPEC 4)
+    block_seed: str = stream_families.PLAIN  # "plain" or "step" (SPEC 3b and 10)
     supports_chunking: bool = False
     supports_logprobs: bool = True
     draft_modes: frozenset = frozenset(DRAFT_MODES)
@@ -88,6 +91,10 @@ class SamplerRecord:
         if self.resample != GUMBEL and (fam is None or fam.keyed_by != "batch"):
             raise DeclarationError(f"{who}: resample {self.resample!r} needs the explicit stream family (SPEC 3c: the "
                                    f"batch's resample_uniforms), not streams {self.streams!r}")
+        if self.block_seed not in (fam.block_seeds if fam is not None else (stream_families.PLAIN,)):
+            offered = list(fam.block_seeds) if fam is not None else [stream_families.PLAIN]
+            raise DeclarationError(f"{who}: block_seed {self.block_seed!r}: the stream family {self.streams!r} draws "
+                                   f"the block seeds {offered} (SPEC 3b and 10)")
         k = self.min_spec_steps
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
@@ -264,6 +271,7 @@ def record_of(sampler) -> SamplerRecord:
         loaded_as=loaded_as if isinstance(loaded_as, str) else None,
         streams=_declared(sampler, "streams", "own"),
         resample=_declared(sampler, "resample", GUMBEL),
+        block_seed=_declared(sampler, "block_seed", stream_families.PLAIN),
         supports_chunking=bool(_declared(sampler, "supports_chunking", False)),
         supports_logprobs=bool(_declared(sampler, "supports_logprobs", True)),
         draft_modes=_declared(sampler, "draft_modes", frozenset(DRAFT_MODES)),

@@ -11,8 +11,10 @@ import sys
 BUILTIN = {
     "triton": "rs_verify.triton_sampler:TritonSampler",
     "reference": "rs_verify.reference:ReferenceSampler",
-    # the built-in sampler drawing another stream family (SPEC 3b, 3c)
+    # the built-in sampler drawing another stream family (SPEC 3b, 3c; 3b's step-mixed block seed)
     "triton-murmur3": "rs_verify.triton_sampler.protocol:murmur3_sampler",
+    "triton-murmur3-step": "rs_verify.triton_sampler.protocol:murmur3_step_sampler",
+    "triton-murmur3-fp64": "rs_verify.triton_sampler.protocol:murmur3_fp64_sampler",
     "triton-explicit": "rs_verify.triton_sampler.protocol:explicit_sampler",
     "triton-explicit-icdf": "rs_verify.triton_sampler.protocol:explicit_inverse_cdf_sampler",
 }

@@ -129,9 +129,14 @@ def _block_tau(target_ptr, draft_ptr, draft_ids_ptr, pos_ptr, t_max_ptr, t_logsu
         if STREAM == "explicit":  # SPEC 3c: the batch's float64 u_i, in float32's range (streams.py)
             u, log_scale = explicit_uniform(tl.load(accept_ptr + j))
             ok = act & (tl.log(u) - log_scale <= log_h)
-        else:
-            u = philox_acceptance(seed, tl.load(pos_ptr + j))
+        elif STREAM == "philox" or STREAM == "philox_step":
+            key = seed
+            if STREAM == "philox_step":  # SPEC 3b's step-mixed block seed: seed ^ (i << 32)
+                key = seed ^ (tl.cast(i, tl.int64) << 32)
+            u = philox_acceptance(key, tl.load(pos_ptr + j))
             ok = act & (tl.log(u) <= log_h)
+        else:
+            tl.static_assert(False, "block_tau_kernel: an acceptance STREAM it does not draw")
         tau = tl.where(ok, i + 1, tau)
         l_res = tl.where(ok, l_p, l_res)
     for kb in range(0, tl.reduce(tau, 0, _MAX), STEP_BLOCK):
@@ -154,8 +159,9 @@ def block_tau_kernel(
     `verify_kernel`. A stochastic request gets its accepted drafts in `sampled`, tau and log
     P_{tau-1} (`_block_tau`); a greedy one tau = -1 (verify_kernel verifies it token-wise). The
     vocabulary sizes are not specialized (fewer compiles; the Z pass loses the divisibility-by-16
-    alignment hints). STREAM is the acceptance uniforms' family: "philox" (SPEC 3a, also 3b's) or
-    "explicit" (`accept_ptr[j]`, SPEC 3c)."""
+    alignment hints). STREAM is the acceptance uniforms' family: "philox" (SPEC 3a, also 3b's),
+    "philox_step" (3b's step-mixed block seed: step i keyed by `seed ^ (i << 32)`) or "explicit"
+    (`accept_ptr[j]`, SPEC 3c)."""
     r, live = _tile_rows(req_off, req_end, R, BLOCK_R)
     s = tl.minimum(tl.maximum(tl.load(idx_ptr + r).to(tl.int64), 0), S - 1)
     temp = tl.load(temp_ptr + s)

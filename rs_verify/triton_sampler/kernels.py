@@ -31,9 +31,8 @@ from triton.language.standard import _elementwise_max as _MAX, _elementwise_min 
 
 from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .masks import _masked_stats, _row_masks
-from .murmur3 import murmur3_noise
 from .residual import resample_kernel  # noqa: F401 - a kernel of this module's pipeline
-from .streams import explicit_uniform, philox_acceptance, philox_gumbel, philox_resample_seed
+from .streams import explicit_uniform, philox_acceptance, resample_key, resample_noise
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
@@ -122,9 +121,13 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, 
     row, keyed by `g` (philox: the resample seed; murmur3: the seed) and `pos_t` (murmur3).
     """
     offs = tl.arange(0, BLOCK_V)
-    best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    if STREAM == "murmur3_fp64":  # SPEC 3b: float64 noise on float64 scores
+        best_r = tl.full([BLOCK_V], NEG_INF, tl.float64)
+        best_p = tl.full([BLOCK_V], NEG_INF, tl.float64)
+    else:
+        best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
+        best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
     best_ri = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx (see _row_stats)
-    best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
     best_pi = tl.full((offs + n).shape, 0, (offs + n).dtype)
     for start in range(0, n, BLOCK_V):
         idx = start + offs
@@ -132,10 +135,6 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, 
         z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
         log_p = (z - m) - log_s
-        if STREAM != "murmur3":
-            gum = philox_gumbel(g, idx)
-            sp = log_p + gum
-            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         if HAS_DRAFT:
             zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
             zq = tl.div_rn(zq.to(tl.float32), t_div)
@@ -146,13 +145,12 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, 
             e = tl.exp(a)
             log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
             em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
-        # murmur3's noise comes after the residual's exp and first log, so neither it nor sp is live
-        # across them (drawn first, sm_90's ptxas spilled a register of the int64 model-draft
+        # the noise comes after the residual's exp and first log, so neither it nor sp is live across
+        # them (drawn first, sm_90's ptxas spilled a register of murmur3's int64 model-draft
         # specializations; drawn here, no specialization of any arch is held at 128 registers)
-        if STREAM == "murmur3":
-            gum = murmur3_noise(g, pos_t, idx)
-            sp = log_p + gum
-            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+        gum = resample_noise(g, pos_t, idx, mask, STREAM)
+        sp = log_p + gum
+        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         if HAS_DRAFT:
             sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
             sr = tl.where(use_q, sq, sp)
@@ -318,9 +316,9 @@ def verify_kernel(
         d_t = tl.load(draft_ids_ptr + jt + 1, mask=has_d, other=-1)
         ok_t = has_d & (d_t >= 0) & (d_t < Vp)
         pos_t = tl.load(pos_ptr + jt)
-        g = seed  # murmur3 (SPEC 3b) hashes (seed, pos_t) itself
-        if STREAM == "philox":
-            g = philox_resample_seed(seed, pos_t)
+        g = seed  # explicit: never drawn here (always DEFER)
+        if STREAM != "explicit":
+            g = resample_key(seed, pos_t, STREAM)
         m = tl.load(t_max_ptr + jt)
         log_s = tl.load(t_logsum_ptr + jt)
         t_row = target_ptr + jt * V

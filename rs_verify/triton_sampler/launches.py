@@ -14,9 +14,10 @@ import torch
 
 from ..contract import methods
 from ..contract.explicit import EXPLICIT, GUMBEL, RESAMPLE
+from ..contract.streams import PLAIN
 from . import sampler
 from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
-from .streams import DEFAULT_STREAMS, STREAMS
+from .streams import DEFAULT_STREAMS, STREAMS, stream_family
 
 KERNELS = ("row_stats_kernel", "mask_stats_kernel", "block_tau_kernel", "verify_kernel", "resample_kernel",
            "log_softmax_kernel")
@@ -59,11 +60,11 @@ def _recording(sink, label):
 
 
 def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False, streams=DEFAULT_STREAMS,
-            resample=GUMBEL):
+            resample=GUMBEL, block_seed=PLAIN):
     """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2;
     with `features`, with all three sampling parameters and block verification (SPEC 2, 4b); the
     random numbers of the stream family `streams` (SPEC 3; explicit: the batch's float64 noise,
-    resampled as `resample` says, SPEC 4)."""
+    resampled as `resample` says, SPEC 4), block steps keyed by `block_seed` (SPEC 3b)."""
 
     def empty(shape, dt):
         return torch.empty(shape, dtype=dt, device="meta")
@@ -85,7 +86,7 @@ def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=
             empty(s, torch.float32), empty(s, torch.int64),
             num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
             num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw", streams=streams,
-            **extra)
+            block_seed=block_seed, **extra)
 
 
 def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes=(DEFAULT_BLOCK_V,),
@@ -102,6 +103,8 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
       of the kernels that read or draw noise; the default family's launches come first.
     - resamples: how the explicit family resamples (SPEC 4: `resample_kernel`'s constexpr
       `RESAMPLE`); the other families resample by Gumbel-max only.
+    Block batches are recorded with each block seed the family offers (SPEC 3b: `block_tau_kernel`'s
+    STREAM "philox_step").
     """
     out = []
     sizes = [VOCAB_CLASSES[c] for c in vocab_classes]
@@ -116,8 +119,9 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
                             label += f", Vd={vd}" if drafts == "model" else ""
                             label += "" if family == DEFAULT_STREAMS else f", {family} streams"
                             label += "" if resample == GUMBEL else f", {resample} resample"
+                            seeds = stream_family(family).block_seeds
                             for mode in (None, "raw", "processed"):
-                                for features in (False, True):
-                                    _record(out, label, dtype, drafts, v, vd, block_v, mode, features, family,
-                                            resample)
+                                for features, block_seed in ((False, PLAIN), *((True, b) for b in seeds)):
+                                    _record(out, label + ("" if block_seed == PLAIN else ", step block seed"), dtype,
+                                            drafts, v, vd, block_v, mode, features, family, resample, block_seed)
     return out

@@ -38,10 +38,11 @@ def _mix(h, k):
 
 
 @triton.jit
-def murmur3_hash(seed, pos, idx):
+def murmur3_hash(seed, pos, idx, HASH_SEED: tl.constexpr = 0):
     """MurmurHash3_x86_32 of the words `(seed_lo, seed_hi, pos_lo, idx)` of an int64 `seed` and
-    `pos` (their low and high 32 bits; casts to uint32 truncate), uint32 of `idx`'s shape."""
-    h = _mix(tl.full(idx.shape, 0, tl.uint32), seed.to(tl.int64).to(tl.uint32))
+    `pos` (their low and high 32 bits; casts to uint32 truncate), the state starting from
+    `HASH_SEED`, uint32 of `idx`'s shape."""
+    h = _mix(tl.full(idx.shape, HASH_SEED, tl.uint32), seed.to(tl.int64).to(tl.uint32))
     h = _mix(h, (seed.to(tl.int64) >> 32).to(tl.uint32))
     h = _mix(h, pos.to(tl.int64).to(tl.uint32))
     h = _mix(h, idx.to(tl.uint32))
@@ -73,6 +74,23 @@ def murmur3_noise(seed, pos, idx):
     return -tl.log(-log1m_u)
 
 
+HI_HASH_SEED = tl.constexpr(0x9E3779B9)  # murmur3-fp64's second hash (SPEC 3b)
+ULP53 = tl.constexpr(1.1102230246251565e-16)  # 2**-53, exact in float32 too
+
+
+@triton.jit
+def murmur3_fp64_noise(seed, pos, idx):
+    """The float64 Gumbel noise `G_x` of `murmur3-fp64` (SPEC 3b): `r` the top 53 bits of the hashes
+    with hash seeds `0x9E3779B9` (high word) and 0 (low), `u = (r + 0.5) 2**-53`, `1 - 2**-53` where
+    that rounds to 1, `G = -log(-log(u))`, all in float64."""
+    lo = murmur3_hash(seed, pos, idx).to(tl.uint64)
+    hi = murmur3_hash(seed, pos, idx, HI_HASH_SEED).to(tl.uint64)
+    r = ((hi << 32) | lo) >> 11
+    u = (r.to(tl.float64) + 0.5) * ULP53
+    u = tl.where(u == 1.0, u - ULP53, u)
+    return -tl.log(-tl.log(u))
+
+
 def _called_directly(fn):
     """`fn` itself compiled; under Triton's interpreter, the plain function the interpreter
     rewrites it to (`InterpretedFunction.rewrite()`, cached by Triton).
@@ -87,8 +105,8 @@ def _called_directly(fn):
     return fn if rewrite is None else rewrite()
 
 
-_mix, murmur3_hash, murmur3_uniform, murmur3_noise = map(_called_directly, (_mix, murmur3_hash, murmur3_uniform,
-                                                                            murmur3_noise))
+_mix, murmur3_hash, murmur3_uniform, murmur3_noise, murmur3_fp64_noise = map(
+    _called_directly, (_mix, murmur3_hash, murmur3_uniform, murmur3_noise, murmur3_fp64_noise))
 
 # -- the family's check against the contract (StreamFamily.triton_check) ----------------------
 NOISE_RTOL = 1e-5  # float32 noise vs the contract's float64: ~100 ulp of max(1, |G|) (tl.log is approximate on GPUs)

@@ -15,6 +15,7 @@ from ..contract import methods
 from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output, max_chunk_logits as default_max_chunk_logits
 from ..contract.explicit import EXPLICIT, GUMBEL
+from ..contract.streams import PLAIN, STEP
 from ..contract.validation import check_structure, validate as validate_batch
 from .sampler import TORCH_DTYPES, _check_block_rows, _check_block_v, default_device, rejection_sample
 from .shapes import check_noise
@@ -30,9 +31,12 @@ class TritonSampler:
       INTERPRETED_BLOCK_ROWS through the interpreter).
     - validate: run `rs_verify.contract.validation.validate` before any device work.
     - device: torch device; None picks "cuda" when available, else "cpu" (the Triton interpreter).
-    - streams: the noise's stream family, declared as `self.streams`: "triton-philox", "murmur3" or
-      "explicit" (SPEC 3; explicit: the batch's `accept_uniforms` and `resample_gumbel` or
+    - streams: the noise's stream family, declared as `self.streams`: "triton-philox", "murmur3",
+      "murmur3-fp64" or "explicit" (SPEC 3; explicit: the batch's `accept_uniforms` and `resample_gumbel` or
       `resample_uniforms`, and a batch without the ones read is refused, SPEC 9).
+    - block_seed: how block step `i` keys its acceptance uniform, declared as `self.block_seed` (SPEC 3b
+      and 10): "plain" (the default) or, for murmur3 and murmur3-fp64, "step" (`seed ^ (i << 32)`,
+      vLLM 0.33.0 on).
     - resample: the explicit family's resampling, declared as `self.resample` (SPEC 4 and 10):
       "gumbel" (the default: Gumbel-max over `resample_gumbel`) or "inverse_cdf" (over
       `resample_uniforms`); any other family resamples by Gumbel-max and takes no `resample=`.
@@ -45,14 +49,19 @@ class TritonSampler:
     supports_chunking = True
     streams = DEFAULT_STREAMS  # SPEC 3a; an instance declares its own (`streams=`)
     resample = GUMBEL  # SPEC 4; an explicit sampler's instance declares its own (`resample=`)
+    block_seed = PLAIN  # SPEC 3b; an instance declares its own (`block_seed=`)
     memory_stats = True  # extras["max_buffer_rows"] is reported
     verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})
     sampling_params = frozenset({"min_p", "top_k", "top_p"})
 
     def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,
                  device=None, block_rows: int | None = None, streams: str = DEFAULT_STREAMS,
-                 resample: str | None = None):
+                 resample: str | None = None, block_seed: str = PLAIN):
         family = stream_family(streams)
+        if block_seed not in family.block_seeds:
+            raise ValueError(f"block_seed: the stream family {family.name!r} draws the block seeds "
+                             f"{list(family.block_seeds)} (SPEC 3b and 10), not {block_seed!r}")
+        self.block_seed = block_seed
         if resample is not None and family is not EXPLICIT:
             raise ValueError(f"resample: only the explicit stream family chooses how it resamples (SPEC 4), "
                              f"not {family.name!r}")
@@ -68,7 +77,8 @@ class TritonSampler:
     def unvalidated(self) -> "TritonSampler":
         """The same sampler with validation off (SPEC section 9: still memory-safe)."""
         return TritonSampler(cap_bytes=self.cap_bytes, block_v=self.block_v, validate=False, device=self.device,
-                             block_rows=self.block_rows, streams=self.streams, resample=self._resample_kwarg())
+                             block_rows=self.block_rows, streams=self.streams, resample=self._resample_kwarg(),
+                             block_seed=self.block_seed)
 
     def _resample_kwarg(self) -> str | None:
         return self.resample if self.streams == EXPLICIT.name else None
@@ -76,7 +86,8 @@ class TritonSampler:
     def __repr__(self) -> str:
         return (f"TritonSampler(cap_bytes={self.cap_bytes}, block_v={self.block_v}, block_rows={self.block_rows}, "
                 f"validate={self.validate}, device={str(self.device)!r}, streams={self.streams!r}"
-                + ("" if self._resample_kwarg() is None else f", resample={self.resample!r}") + ")")
+                + ("" if self._resample_kwarg() is None else f", resample={self.resample!r}")
+                + ("" if self.block_seed == PLAIN else f", block_seed={self.block_seed!r}") + ")")
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         # Without validation the values go unchecked (the kernels clamp every index), but a batch
@@ -127,6 +138,7 @@ class TritonSampler:
             resample_gumbel=None if noise[1] is None else t(noise[1], torch.float64),
             resample_uniforms=None if noise[2] is None else t(noise[2], torch.float64),
             resample=self.resample,
+            block_seed=self.block_seed,
             **params,
         )
         logprobs = None
@@ -151,6 +163,18 @@ class TritonSampler:
 def murmur3_sampler() -> TritonSampler:
     """`TritonSampler(streams="murmur3")` (SPEC 3b): built-in name `triton-murmur3`."""
     return TritonSampler(streams="murmur3")
+
+
+def murmur3_step_sampler() -> TritonSampler:
+    """`TritonSampler(streams="murmur3", block_seed="step")` (SPEC 3b, the step-mixed block seed of vLLM
+    0.33.0 on): built-in name `triton-murmur3-step`."""
+    return TritonSampler(streams="murmur3", block_seed=STEP)
+
+
+def murmur3_fp64_sampler() -> TritonSampler:
+    """`TritonSampler(streams="murmur3-fp64", block_seed="step")` (SPEC 3b: vLLM 0.33.0's `use_fp64` noise
+    and block seed): built-in name `triton-murmur3-fp64`."""
+    return TritonSampler(streams="murmur3-fp64", block_seed=STEP)
 
 
 def explicit_sampler() -> TritonSampler:

@@ -27,16 +27,12 @@ import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN  # see masks.py
 
 from .inverse_cdf import _resample_inverse_cdf
-from .murmur3 import murmur3_noise
-from .streams import philox_gumbel, philox_resample_seed
+from .streams import resample_key, resample_noise
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
 LOG_P_MIN = tl.constexpr(-744.0)
-# SPEC 3c allows any finite float64 noise: beyond float32 it is held at the largest float32, so no
-# token scores +inf or -inf by its noise alone (a row of noise at -inf would leave only p = 0 tokens).
-FLT_MAX = tl.constexpr(3.4028234663852886e38)
 
 
 @triton.jit
@@ -46,9 +42,13 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
     the BLOCK_R rows (every other argument but n one per row; rows without `rmask` read nothing), with
     STREAM's noise as in `kernels._resample` (explicit: `g` points at the request's Gumbel row)."""
     offs = tl.arange(0, BLOCK_V)
-    best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    if STREAM == "murmur3_fp64":  # SPEC 3b: float64 noise on float64 scores
+        best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float64)
+        best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float64)
+    else:
+        best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+        best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
     best_ri = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
-    best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
     best_pi = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)
     t_ptrs = t_row_ptrs[:, None]
     q_ptrs = q_row_ptrs[:, None]
@@ -72,16 +72,6 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         z = tl.where(z == z, z, NEG_INF)
         mask = mask & ((z > thr_col) | ((z == thr_col) & (idx <= cut_col)))
         log_p = (z - m_col) - log_s_col
-        if STREAM == "murmur3":
-            pass  # its noise is drawn after the residual's logs, below
-        elif STREAM == "explicit":  # g: request r's row of resample_gumbel, held within float32's range
-            gum = tl.load(g_col + idx, mask=mask, other=0.0)
-            gum = tl.minimum(tl.maximum(gum, -FLT_MAX), FLT_MAX).to(tl.float32)
-        else:
-            gum = philox_gumbel(g_col, idx)
-        if STREAM != "murmur3":
-            sp = log_p + gum
-            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         zq = tl.load(q_ptrs + idx, mask=use_q_col & mask, other=NEG_INF)
         zq = tl.div_rn(zq.to(tl.float32), t_col)
         zq = tl.where(zq == zq, zq, NEG_INF)
@@ -92,12 +82,11 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
         em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
         log_r = log_p + tl.log(-em1)
-        # murmur3's noise comes after the residual's logs, so neither it nor sp is live across them
-        # (drawn first, sm_90's ptxas spilled a register of the int32 bfloat16 / float16 specializations)
-        if STREAM == "murmur3":
-            gum = murmur3_noise(g_col, pos_col, idx)
-            sp = log_p + gum
-            sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+        # the noise comes after the residual's logs, so neither it nor sp is live across them (drawn
+        # first, sm_90's ptxas spilled a register of murmur3's int32 bfloat16 / float16 specializations)
+        gum = resample_noise(g_col, pos_col, idx, mask, STREAM)
+        sp = log_p + gum
+        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
         sq = tl.where(pos_mass, log_r + gum, NEG_INF)
         sr = tl.where(use_q_col, sq, tl.where(idx == excl_col, NEG_INF, sp))
         sr = tl.where(mask & (sr == sr), sr, NEG_INF)
@@ -154,12 +143,11 @@ def resample_kernel(
             l_scale = tl.load(l_res_ptr + r)
         use_q = tl.where(HAS_DRAFT != 0, ok_t, False)
         q_row = draft_ptr + (s * K + tl.minimum(tl.maximum(t, 0), K - 1)) * Vd
-        g = tl.load(seeds_ptr + s)  # murmur3 (SPEC 3b) hashes (seed, pos_t) itself
         pos_t = tl.load(pos_ptr + jt)
-        if STREAM == "philox":
-            g = philox_resample_seed(g, pos_t)
         if STREAM == "explicit":  # SPEC 3c: request r's own noise, wherever it samples
             g = gumbel_ptr + r * Vp
+        else:
+            g = resample_key(tl.load(seeds_ptr + s), pos_t, STREAM)
         q_m = tl.load(d_max_ptr + jt, mask=use_q, other=0.0)
         q_log_s = tl.load(d_logsum_ptr + jt, mask=use_q, other=0.0)
         excl = tl.where(ok_t & (use_q == 0), d_t, -1)

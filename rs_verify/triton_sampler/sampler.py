@@ -79,6 +79,7 @@ import triton
 
 from ..contract.chunking import iter_request_chunks, max_chunk_logits as default_max_chunk_logits
 from ..contract.explicit import GUMBEL
+from ..contract.streams import PLAIN, STEP
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
 from .shapes import check_noise, check_shapes
@@ -155,6 +156,7 @@ def rejection_sample(
     resample_gumbel: torch.Tensor | None = None,
     resample_uniforms: torch.Tensor | None = None,
     resample: str = GUMBEL,
+    block_seed: str = PLAIN,
 ):
     """Verify a batch held in device tensors (SPEC sections 2-7); no validation.
 
@@ -172,7 +174,9 @@ def rejection_sample(
     "token" (SPEC 4) or "block" (SPEC 4b); `streams` the family of the noise (SPEC 3; `streams.STREAMS`).
     The explicit family (SPEC 3c) reads its noise from `accept_uniforms` (float64 [N]) and, as
     `resample` says (SPEC 4), `resample_gumbel` (float64 [R, V'], "gumbel") or `resample_uniforms`
-    (float64 [R], "inverse_cdf"); the other families ignore them.
+    (float64 [R], "inverse_cdf"); the other families ignore them. `block_seed` keys block step `i`'s
+    acceptance uniform by the seed ("plain") or by `seed ^ (i << 32)` ("step": SPEC 3b, for a family
+    whose record offers it).
 
     Returns `(sampled int64 [R, K+1], num_sampled int32 [R], logprobs)` on the
     device, with `logprobs = (token_ids int64 [N, k+1], logprobs float32
@@ -186,6 +190,9 @@ def rejection_sample(
     rows_per = _check_block_rows(block_rows)
     family = stream_family(streams)
     stream, resample = family.triton, resample_method(family, resample)
+    if block_seed not in family.block_seeds:
+        raise ValueError(f"block_seed: the stream family {family.name!r} draws the block seeds "
+                         f"{list(family.block_seeds)} (SPEC 3b), not {block_seed!r}")
     mask_block = (min(block, max(16, INTERPRETED_MASK_ELEMS // rows_per)) if _interpreted()
                   else min(block, MASK_BLOCK))
     device = target_logits.device
@@ -265,7 +272,8 @@ def rejection_sample(
     # read. Another family passes None (a constexpr to Triton): its kernels compile as without them.
     accept_d, gumbel_d, unif_d = (dev(x, torch.float64) if x is not None else t_max if stream == "explicit" else None
                                   for x in noise)
-    accept_stream = "explicit" if stream == "explicit" else "philox"  # SPEC 3b's acceptance is 3a's
+    # SPEC 3b's acceptance is 3a's, its block steps keyed by the step-mixed seed when so declared
+    accept_stream = "explicit" if stream == "explicit" else "philox_step" if block_seed == STEP else "philox"
     defer = int(masked or block_mode or stream == "explicit")  # their stochastic draws: resample_kernel (residual.py)
 
     buf = None

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from ..contract import streams as stream_families
 from ..contract.explicit import EXPLICIT, GUMBEL, RESAMPLE
+from .murmur3 import murmur3_fp64_noise, murmur3_noise
 
 TINY = tl.constexpr(4.6566127342e-10)  # SPEC 3's floor of every uniform
 SCALE = tl.constexpr(4.6566127342e-10)  # Triton's int32 -> uniform scale (tl.uint_to_uniform_float)
@@ -80,10 +81,53 @@ def explicit_uniform(u):
     return u.to(tl.float32), k * EXPLICIT_LOG_SCALE
 
 
+# -- the one choice of noise: every kernel that resamples asks these two ------------------------
+# A family's noise is chosen here alone, by the kernels' constexpr STREAM (its record's `triton`);
+# an unknown value fails to compile (and to run under the interpreter), so a family the kernels
+# do not know can never draw another's noise.
+# SPEC 3c allows any finite float64 noise: beyond float32 it is held at the largest float32, so no
+# token scores +inf or -inf by its noise alone (a row of noise at -inf would leave only p = 0 tokens).
+EXPLICIT_MAX = tl.constexpr(3.4028234663852886e38)
+
+
+@triton.jit
+def resample_key(seed, pos, STREAM: tl.constexpr):
+    """What a row's drawn noise is keyed by: philox, the resample seed `g` (SPEC 3a); murmur3 and
+    murmur3_fp64, the request's seed itself (3b: the hash takes `pos` too). (The explicit family's
+    key is the request's row of `resample_gumbel`, a pointer only `resample_kernel` holds.)"""
+    if STREAM == "philox":
+        key = philox_resample_seed(seed, pos)
+    elif STREAM == "murmur3" or STREAM == "murmur3_fp64":
+        key = seed
+    else:
+        tl.static_assert(False, "resample_key: a STREAM the kernels do not draw")
+    return key
+
+
+@triton.jit
+def resample_noise(key, pos, idx, mask, STREAM: tl.constexpr):
+    """`G_x` of the tokens `idx` of a row keyed by `key` (`resample_key`; explicit: the pointer to the
+    request's row of `resample_gumbel`) at `pos`: float32, or float64
+    for murmur3_fp64 (whose scores are float64 too); explicit noise is loaded under `mask` and held
+    within float32's range (no token scores +-inf by its noise alone)."""
+    if STREAM == "philox":
+        gum = philox_gumbel(key, idx)
+    elif STREAM == "murmur3":
+        gum = murmur3_noise(key, pos, idx)
+    elif STREAM == "murmur3_fp64":
+        gum = murmur3_fp64_noise(key, pos, idx)
+    elif STREAM == "explicit":
+        gum = tl.load(key + idx, mask=mask, other=0.0)
+        gum = tl.minimum(tl.maximum(gum, -EXPLICIT_MAX), EXPLICIT_MAX).to(tl.float32)
+    else:
+        tl.static_assert(False, "resample_noise: a STREAM the kernels do not draw")
+    return gum
+
+
 # -- which family the kernels draw (a constexpr of theirs), host side --------------------------
 # The `StreamFamily.triton` helpers the kernels hold (streams.py, murmur3.py): the values of their
 # constexpr STREAM; STREAMS, the registered families the sampler draws with them (SPEC 3).
-KERNEL_STREAMS = ("philox", "murmur3", "explicit")
+KERNEL_STREAMS = ("philox", "murmur3", "murmur3_fp64", "explicit")
 STREAMS = tuple(f.name for f in stream_families.shipped() if f.triton in KERNEL_STREAMS)
 DEFAULT_STREAMS = "triton-philox"
 
