@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..contract import murmur3 as contract
+from ..contract import murmur3 as contract, murmur3_fp64 as fp64_contract
 from ..harness import device
 
 C1 = tl.constexpr(0xCC9E2D51)
@@ -110,12 +110,14 @@ _mix, murmur3_hash, murmur3_uniform, murmur3_noise, murmur3_fp64_noise = map(
 
 # -- the family's check against the contract (StreamFamily.triton_check) ----------------------
 NOISE_RTOL = 1e-5  # float32 noise vs the contract's float64: ~100 ulp of max(1, |G|) (tl.log is approximate on GPUs)
+NOISE64_RTOL = 1e-13  # float64 noise: ~500 ulp of max(1, |G|) (a float64 log within a few ulp, two of them nested)
 CHECK_TOKENS = (0, 37, 2**31 - 40, 2**31 - 3)  # token ranges [a, b): a masked tail and the largest int32 ids
 
 
 @triton.jit
-def probe_kernel(seed_ptr, pos_ptr, hash_ptr, uniform_ptr, noise_ptr, tok0, n_tok, BLOCK: tl.constexpr):
-    """Row `r`: hash, uniform and noise of tokens `tok0 .. tok0 + n_tok - 1` at `(seeds[r], pos[r])`."""
+def probe_kernel(seed_ptr, pos_ptr, hash_ptr, uniform_ptr, noise_ptr, noise64_ptr, tok0, n_tok, BLOCK: tl.constexpr):
+    """Row `r`: hash, uniform and noise (murmur3's float32 and murmur3-fp64's float64) of tokens
+    `tok0 .. tok0 + n_tok - 1` at `(seeds[r], pos[r])`."""
     r = tl.program_id(0)
     seed = tl.load(seed_ptr + r)
     pos = tl.load(pos_ptr + r)
@@ -127,10 +129,11 @@ def probe_kernel(seed_ptr, pos_ptr, hash_ptr, uniform_ptr, noise_ptr, tok0, n_to
         tl.store(hash_ptr + r * n_tok + j, h.to(tl.int32, bitcast=True), mask=mask)
         tl.store(uniform_ptr + r * n_tok + j, murmur3_uniform(h), mask=mask)
         tl.store(noise_ptr + r * n_tok + j, murmur3_noise(seed, pos, idx), mask=mask)
+        tl.store(noise64_ptr + r * n_tok + j, murmur3_fp64_noise(seed, pos, idx), mask=mask)
 
 
 def triton_hash_and_noise(seeds, pos, tok0: int, n_tok: int):
-    """`(hash uint32, uniform float32, noise float32)` `[rows, n_tok]` from `probe_kernel`."""
+    """`(hash uint32, uniform float32, noise float32, fp64 noise float64)` `[rows, n_tok]` from `probe_kernel`."""
     dev = "cpu" if device.interpreted() else "cuda"  # the suite's one backend choice, made on import
     s = torch.from_numpy(np.ascontiguousarray(seeds, np.int64)).to(dev)
     p = torch.from_numpy(np.ascontiguousarray(pos, np.int64)).to(dev)
@@ -138,9 +141,42 @@ def triton_hash_and_noise(seeds, pos, tok0: int, n_tok: int):
     h = torch.empty(rows, n_tok, dtype=torch.int32, device=dev)
     u = torch.empty(rows, n_tok, dtype=torch.float32, device=dev)
     g = torch.empty(rows, n_tok, dtype=torch.float32, device=dev)
+    g64 = torch.empty(rows, n_tok, dtype=torch.float64, device=dev)
     if rows:
-        probe_kernel[(rows,)](s, p, h, u, g, tok0, n_tok, BLOCK=64)
-    return h.cpu().numpy().view(np.uint32), u.cpu().numpy(), g.cpu().numpy()
+        probe_kernel[(rows,)](s, p, h, u, g, g64, tok0, n_tok, BLOCK=64)
+    return h.cpu().numpy().view(np.uint32), u.cpu().numpy(), g.cpu().numpy(), g64.cpu().numpy()
+
+
+def _report(what: str, bad, seeds, pos, tok0: int, want, got, offsets_dtype) -> None:
+    """`AssertionError` naming the first of the `bad` `[rows, tokens]` entries, if any: the one mismatch
+    report of both families' checks."""
+    where = np.argwhere(bad)
+    if where.size:
+        i, t = (int(v) for v in where[0])
+        raise AssertionError(f"{what}: {len(where)} of {bad.size} differ; first at seed={int(seeds[i])}, "
+                             f"pos={int(pos[i])}, token={tok0 + t} ({offsets_dtype} offsets): contract "
+                             f"{want[i, t]!r} vs triton {got[i, t]!r}")
+
+
+def _check(seeds, offsets_dtype, offsets, fp64: bool) -> None:
+    seeds, pos = np.broadcast_arrays(np.asarray(seeds, np.int64), np.asarray(offsets).astype(np.int64))
+    seeds, pos = seeds.reshape(-1), pos.reshape(-1)
+    for a, b in zip(CHECK_TOKENS[::2], CHECK_TOKENS[1::2]):
+        h, u, g, g64 = triton_hash_and_noise(seeds, pos, a, b - a)
+        toks = np.arange(a, b, dtype=np.int64)[None, :]
+        words = contract.key_words(seeds[:, None], pos[:, None], toks)
+        h_ref = contract.hash_words(*words)
+        if fp64:
+            g_ref = fp64_contract.noise_from_hashes(h_ref, contract.hash_words(*words, hash_seed=fp64_contract.HI_HASH_SEED))
+            err = np.abs(g64 - g_ref) / np.maximum(1.0, np.abs(g_ref))
+            _report("murmur3-fp64 noise", ~(err <= NOISE64_RTOL), seeds, pos, a, g_ref, g64, offsets_dtype)
+            continue
+        u_ref = contract.uniform_from_hash(h_ref)
+        _report("murmur3 hash", h != h_ref, seeds, pos, a, h_ref, h, offsets_dtype)
+        _report("murmur3 uniform", u.view(np.uint32) != u_ref.view(np.uint32), seeds, pos, a, u_ref, u, offsets_dtype)
+        g_ref = contract.noise_from_uniform(u_ref)
+        err = np.abs(g.astype(np.float64) - g_ref) / np.maximum(1.0, np.abs(g_ref))
+        _report("murmur3 noise", ~(err <= NOISE_RTOL), seeds, pos, a, g_ref, g, offsets_dtype)
 
 
 def check_matches_contract(seeds, offsets_dtype, offsets) -> None:
@@ -148,23 +184,10 @@ def check_matches_contract(seeds, offsets_dtype, offsets) -> None:
     contract's (`rs_verify.contract.murmur3`) bit for bit, and its float32 noise the contract's
     float64 noise within `NOISE_RTOL`, for rows `(seeds, offsets as positions)` and the tokens of
     `CHECK_TOKENS`; `AssertionError` naming the first mismatch."""
-    seeds, pos = np.broadcast_arrays(np.asarray(seeds, np.int64), np.asarray(offsets).astype(np.int64))
-    seeds, pos = seeds.reshape(-1), pos.reshape(-1)
-    for a, b in zip(CHECK_TOKENS[::2], CHECK_TOKENS[1::2]):
-        h, u, g = triton_hash_and_noise(seeds, pos, a, b - a)
-        toks = np.arange(a, b, dtype=np.int64)[None, :]
-        h_ref = contract.hash_words(*contract.key_words(seeds[:, None], pos[:, None], toks))
-        u_ref = contract.uniform_from_hash(h_ref)
-        g_ref = contract.noise_from_uniform(u_ref)
-        for what, got, want in (("hash", h, h_ref), ("uniform", u.view(np.uint32), u_ref.view(np.uint32))):
-            bad = np.argwhere(got != want)
-            if bad.size:
-                i, t = (int(v) for v in bad[0])
-                raise AssertionError(f"murmur3 {what}: {len(bad)} of {got.size} differ; first at seed={int(seeds[i])}, "
-                                     f"pos={int(pos[i])}, token={a + t} ({offsets_dtype} offsets): contract "
-                                     f"0x{int(want[i, t]):08x} vs triton 0x{int(got[i, t]):08x}")
-        err = np.abs(g.astype(np.float64) - g_ref) / np.maximum(1.0, np.abs(g_ref))
-        if not np.all(err <= NOISE_RTOL):
-            i, t = (int(v) for v in np.unravel_index(int(np.argmax(err)), err.shape))
-            raise AssertionError(f"murmur3 noise: relative error {err[i, t]:.3g} > {NOISE_RTOL} at seed={int(seeds[i])}, "
-                                 f"pos={int(pos[i])}, token={a + t}: contract {g_ref[i, t]!r} vs triton {g[i, t]!r}")
+    _check(seeds, offsets_dtype, offsets, fp64=False)
+
+
+def check_fp64_matches_contract(seeds, offsets_dtype, offsets) -> None:
+    """`murmur3-fp64`'s `StreamFamily.triton_check`: this module's float64 noise equals the contract's
+    (`rs_verify.contract.murmur3_fp64`) within `NOISE64_RTOL`, as `check_matches_contract` checks murmur3's."""
+    _check(seeds, offsets_dtype, offsets, fp64=True)

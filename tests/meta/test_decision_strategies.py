@@ -26,7 +26,7 @@ from rs_verify.properties import PROPERTIES, Context
 from rs_verify.contract import philox
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.validation import validate
-from rs_verify.strategies import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, STREAM_KNOBS, acceptance_tests,
+from rs_verify.strategies import (BLOCK_KNOBS, DECISION_KNOBS, PARAM_KNOBS, acceptance_tests,
                                   block_knobs, decision_batches, decision_knobs, near_ties, stochastic_decisions)
 from rs_verify.strategies.drafts import gumbel_max_drafts, salted_positions
 from rs_verify.strategies import facts as fx
@@ -418,33 +418,64 @@ def _murmur3_variant(name, uniform):
     return StreamFamily(name=name, section="3d", acceptance=murmur3.MURMUR3.acceptance, noise=noise)
 
 
-MURMUR3_KWARGS = dict(CI_KWARGS, streams="murmur3")  # what a murmur3 sampler's record passes (strategy_kwargs)
+def _fp64_variant(name, uniform):
+    """murmur3-fp64's noise with the 53-bit uniform computed by `uniform(r)` (float64) and no clamp."""
+    from rs_verify.contract import murmur3, murmur3_fp64
+    from rs_verify.contract.streams import StreamFamily
+
+    def noise(seeds, pos, vocab, out=None):
+        words = murmur3.key_words(np.asarray(seeds).reshape(-1, 1), np.asarray(pos).reshape(-1, 1), np.arange(vocab)[None, :])
+        lo = murmur3.hash_words(*words).astype(np.uint64)
+        hi = murmur3.hash_words(*words, hash_seed=murmur3_fp64.HI_HASH_SEED).astype(np.uint64)
+        with np.errstate(divide="ignore"):
+            g = -np.log(-np.log(uniform(((hi << np.uint64(32)) | lo) >> np.uint64(11))))
+        if out is None:
+            return g
+        out[...] = g
+        return out
+
+    return StreamFamily(name=name, section="3d", acceptance=murmur3_fp64.MURMUR3_FP64.acceptance, noise=noise)
 
 
-def test_murmur3_edges_within_the_ci_budget():
-    """With a murmur3 sampler's declarations, every decision-comparing property's 40 ci examples plant the
-    family's edges: u = 1.0 winning a bonus token, the smallest u (2**-33) deciding one, requests at p and
-    p + 2**32 with one seed; the token-wise knobs are still reached (each in two of the three properties).
-    The planted decisions matter: the reference drawing the noise without the floor on 1 - u (G = -inf at
-    u = 1.0), or with triton-philox's floor TINY on u (G ~ 21.5 at u = 2**-33), emits other tokens on
-    some of those batches, so certification catches either."""
+def _family_variants(family):
+    """Noises that get a family's edges wrong, each a sampler's bug the planted edges must expose."""
+    if family == "murmur3":
+        return (_murmur3_variant("murmur3-unfloored", lambda u: u),
+                _murmur3_variant("murmur3-tiny-floor", lambda u: np.maximum(u, np.float32(philox.TINY))))
+    return (_fp64_variant("fp64-unclamped", lambda r: (r.astype(np.float64) + 0.5) * 2.0**-53),
+            _fp64_variant("fp64-no-half-step", lambda r: r.astype(np.float64) * 2.0**-53))
+
+
+@pytest.mark.parametrize("family", ["murmur3", "murmur3-fp64"])
+def test_noise_edges_within_the_ci_budget(family):
+    """With a sampler of the family's declarations, every decision-comparing property's 40 ci examples
+    plant the family's edges (`stream_knob_labels`: murmur3's u = 1.0 winning a bonus token and its
+    smallest u (2**-33) deciding one; murmur3-fp64's clamp (r = 2**53 - 1) losing one and r = 0 winning
+    one; requests at p and p + 2**32 with one seed); the token-wise knobs are still reached (each in two
+    of the three properties). The planted decisions matter: the reference drawing the noise with the
+    edge wrong (murmur3: without the floor on 1 - u, G = -inf at u = 1.0, or with triton-philox's floor
+    TINY on u, G ~ 21.5 at u = 2**-33; murmur3-fp64: without the clamp, G = +inf at r = 2**53 - 1, or
+    without the half step, G = -inf at r = 0) emits other tokens on some of those batches, so
+    certification catches each."""
     from rs_verify.contract.streams import registered
     from rs_verify.harness.record import SamplerRecord
     from rs_verify.reference import ReferenceSampler
+    from rs_verify.strategies.stream_edges import stream_knob_labels
 
-    assert SamplerRecord(name="m", streams="murmur3").strategy_kwargs()["streams"] == "murmur3"
+    assert SamplerRecord(name="m", streams=family).strategy_kwargs()["streams"] == family
     assert "streams" not in SamplerRecord(name="p", streams="triton-philox").strategy_kwargs()
-    unfloored = _murmur3_variant("murmur3-unfloored", lambda u: u)
-    clamped = _murmur3_variant("murmur3-tiny-floor", lambda u: np.maximum(u, np.float32(philox.TINY)))
-    assert not registered(unfloored)
-    right = ReferenceSampler(streams="murmur3")
-    wrong = {f.name: ReferenceSampler(streams=f) for f in (unfloored, clamped)}
+    variants = _family_variants(family)
+    assert not any(registered(v) for v in variants)
+    labels = set(stream_knob_labels(family))
+    assert len(labels) == 3
+    right = ReferenceSampler(streams=family)
+    wrong = {f.name: ReferenceSampler(streams=f) for f in variants}
     reached, caught = Counter(), Counter()
     for prop in DECISION_PROPERTIES:
-        ctx = Context(sampler=_Sampler(64), profile="ci", batch_kwargs=dict(MURMUR3_KWARGS))
-        batches = _sweep(PROPERTIES[prop].strategy(ctx), f"{prop}:murmur3")
-        seen = set().union(*(decision_knobs(b, (64,), "murmur3") for b in batches))
-        assert set(STREAM_KNOBS) <= seen, (prop, sorted(set(STREAM_KNOBS) - seen))
+        ctx = Context(sampler=_Sampler(64), profile="ci", batch_kwargs=dict(CI_KWARGS, streams=family))
+        batches = _sweep(PROPERTIES[prop].strategy(ctx), f"{prop}:{family}")
+        seen = set().union(*(decision_knobs(b, (64,), family) for b in batches))
+        assert labels <= seen, (prop, sorted(labels - seen))
         reached.update(seen & set(DECISION_KNOBS))
         for b in batches:
             validate(b)
