@@ -39,6 +39,8 @@ TRITON = "rs_verify.triton_sampler"
 REFERENCE = "rs_verify.reference"
 TRITON_BUILD = "pkg.TritonSampler(block_v=32)"
 MURMUR3_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3")'  # SPEC 3b's resampling noise
+MURMUR3_STEP_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3", block_seed="step")'  # SPEC 3b's block seed
+FP64_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3-fp64")'  # SPEC 3b's float64 noise
 EXPLICIT_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit")'  # SPEC 3c: the batch's noise
 EXPLICIT_ICDF_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit", resample="inverse_cdf")'
 
@@ -250,6 +252,55 @@ MUTANTS: list[Mutant] = [
         build=MURMUR3_BUILD,
         killers=("certified_equivalence",),
         note="verify_kernel passes ok_t (a rejected, valid draft) as use_q for model and one-hot drafts alike.",
+    ),
+    # -- SPEC 3b's step-mixed block seed and murmur3-fp64 -------------------------------------------
+    Mutant(
+        "block_seed_plain_where_step_declared",
+        "A sampler that declares vLLM 0.33.0's step-mixed block seed (block_seed = 'step') but keys every block "
+        "step by the plain seed, as vLLM 0.31 and 0.32 did: steps i >= 1 draw other acceptance uniforms.",
+        TRITON,
+        {"block.py": [("key = seed ^ (tl.cast(i, tl.int64) << 32)", "key = seed  # MUTANT: the plain seed")]},
+        build=MURMUR3_STEP_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "block_seed_step_where_plain_declared",
+        "The converse: a sampler that declares the plain block seed (the default) but draws vLLM 0.33.0's "
+        "seed ^ (i << 32) at block step i (an upgrade that changed the kernel, not the declaration).",
+        TRITON,
+        {"sampler.py": [('"philox_step" if block_seed == STEP else "philox"',
+                         '"philox_step"  # MUTANT: the step seed whatever is declared')]},
+        build='pkg.TritonSampler(block_v=32, streams="murmur3", block_seed="plain")',
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "block_seed_step_in_low_word",
+        "The block step mixed into the seed's low word (seed ^ i) instead of its high word (seed ^ (i << 32)): "
+        "a shift lost when the helper was ported.",
+        TRITON,
+        {"block.py": [("key = seed ^ (tl.cast(i, tl.int64) << 32)",
+                       "key = seed ^ tl.cast(i, tl.int64)  # MUTANT: the low word")]},
+        build=MURMUR3_STEP_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "fp64_noise_one_hash",
+        "murmur3-fp64's two hashes made one: the high word hashed with seed 0 like the low word (the second "
+        "hash seed 0x9E3779B9 dropped), so r = (h << 21) | (h >> 11) and every token's noise is another.",
+        TRITON,
+        {"murmur3.py": [("hi = murmur3_hash(seed, pos, idx, HI_HASH_SEED).to(tl.uint64)",
+                         "hi = murmur3_hash(seed, pos, idx).to(tl.uint64)  # MUTANT: one hash")]},
+        build=FP64_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "fp64_uniform_not_clamped",
+        "murmur3-fp64's uniform without the clamp below 1: r = 2**53 - 1 gives u = 1.0, log u = 0 and G = +inf, "
+        "so that token wins whatever its p (one key in 2**53: only the planted edge reaches it).",
+        TRITON,
+        {"murmur3.py": [("    u = tl.where(u == 1.0, u - ULP53, u)\n", "    # MUTANT: no clamp below 1\n")]},
+        build=FP64_BUILD,
+        killers=("certified_equivalence",),
     ),
     # -- the explicit family (SPEC 3c): the Triton sampler reading the batch's noise --------------
     Mutant(

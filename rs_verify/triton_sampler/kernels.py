@@ -32,7 +32,7 @@ from triton.language.standard import _elementwise_max as _MAX, _elementwise_min 
 from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .masks import _masked_stats, _row_masks
 from .residual import resample_kernel  # noqa: F401 - a kernel of this module's pipeline
-from .streams import explicit_uniform, philox_acceptance, resample_key, resample_noise
+from .streams import explicit_uniform, philox_acceptance, resample_key, resample_noise, score_dtype
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
@@ -53,7 +53,7 @@ STEP_BLOCK = tl.constexpr(16)
 #   tl.zeros(s, d) / tl.zeros_like(x)  ->  tl.full(s, 0, d) / tl.full(x.shape, 0, x.dtype)
 #   tl.max / tl.min / tl.sum(x, 0)     ->  tl.reduce(x, 0, _MAX / _MIN / _SUM) (32-bit x)
 # The random streams (SPEC 3) are the helpers of streams.py, one nested call each, and murmur3.py's
-# murmur3_noise (under the interpreter a plain function: see murmur3._called_directly):
+# noises (under the interpreter plain functions: see murmur3._called_directly):
 #   tl.rand(g, o)                      ->  tl.randint4x(g, o)[0] and uint_to_uniform_float's own definition
 #   tl.randint(g, o)                   ->  tl.randint4x(g, o)[0]
 # (randint4x keeps the Philox counter layout of the installed Triton version).
@@ -63,11 +63,13 @@ STEP_BLOCK = tl.constexpr(16)
 #     rows never win an argmax.
 #   log(1 - e^a), a < 0, i.e. log(-expm1(a)), with Kahan's expm1:
 #     (e - 1) * a / log(e), e = exp(a) (a when e == 1, -1 when e == 0).
-#   Gumbel noise (SPEC 3): the family the constexpr STREAM names (a StreamFamily's `triton`):
+#   Gumbel noise (SPEC 3): the family the constexpr STREAM names (a StreamFamily's `triton`),
+#     chosen in one place, streams.py's resample_key (what a row's noise is keyed by) and
+#     resample_noise (G_x), with score_dtype the dtype of the scores it is added to:
 #     "philox" (3a): G_x = -log(-log(1 - v_x)), v_x = max(rand(g, x), TINY), log(1 - v) by
-#     Goldberg's form (streams.py), g the
-#     row's resample seed; "murmur3" (3b): G_x of the hash of (seed, pos, x) (murmur3.py), g the
-#     seed itself; "explicit" (3c): the batch's noise fields, loaded (resample_kernel: residual.py).
+#     Goldberg's form, g the row's resample seed; "murmur3" and "murmur3_fp64" (3b): G_x of the
+#     hash (or the two hashes) of (seed, pos, x) (murmur3.py), g the seed itself; "explicit" (3c):
+#     the batch's noise fields, loaded (resample_kernel: residual.py).
 #     Only the kernels that read or draw noise take STREAM (verify_kernel, resample_kernel,
 #     block_tau_kernel).
 # ---------------------------------------------------------------------------
@@ -121,12 +123,8 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, 
     row, keyed by `g` (philox: the resample seed; murmur3: the seed) and `pos_t` (murmur3).
     """
     offs = tl.arange(0, BLOCK_V)
-    if STREAM == "murmur3_fp64":  # SPEC 3b: float64 noise on float64 scores
-        best_r = tl.full([BLOCK_V], NEG_INF, tl.float64)
-        best_p = tl.full([BLOCK_V], NEG_INF, tl.float64)
-    else:
-        best_r = tl.full([BLOCK_V], NEG_INF, tl.float32)
-        best_p = tl.full([BLOCK_V], NEG_INF, tl.float32)
+    best_r = score_dtype(tl.full([BLOCK_V], NEG_INF, tl.float32), STREAM)  # the family's scores (streams.py)
+    best_p = score_dtype(tl.full([BLOCK_V], NEG_INF, tl.float32), STREAM)
     best_ri = tl.full((offs + n).shape, 0, (offs + n).dtype)  # the width of idx (see _row_stats)
     best_pi = tl.full((offs + n).shape, 0, (offs + n).dtype)
     for start in range(0, n, BLOCK_V):

@@ -27,7 +27,7 @@ import triton.language as tl
 from triton.language.standard import _elementwise_max as _MAX, _elementwise_min as _MIN  # see masks.py
 
 from .inverse_cdf import _resample_inverse_cdf
-from .streams import resample_key, resample_noise
+from .streams import resample_key, resample_noise, score_dtype
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
@@ -42,12 +42,8 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
     the BLOCK_R rows (every other argument but n one per row; rows without `rmask` read nothing), with
     STREAM's noise as in `kernels._resample` (explicit: `g` points at the request's Gumbel row)."""
     offs = tl.arange(0, BLOCK_V)
-    if STREAM == "murmur3_fp64":  # SPEC 3b: float64 noise on float64 scores
-        best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float64)
-        best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float64)
-    else:
-        best_r = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
-        best_p = tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32)
+    best_r = score_dtype(tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32), STREAM)  # the family's scores (streams.py)
+    best_p = score_dtype(tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32), STREAM)
     best_ri = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)  # the width of idx (see kernels._row_stats)
     best_pi = tl.full([BLOCK_R, BLOCK_V], 0, (offs + n).dtype)
     t_ptrs = t_row_ptrs[:, None]

@@ -124,6 +124,15 @@ def resample_noise(key, pos, idx, mask, STREAM: tl.constexpr):
     return gum
 
 
+@triton.jit
+def score_dtype(x, STREAM: tl.constexpr):
+    """`x` in the dtype of STREAM's scores `log r(x) + G_x`: float64 for murmur3_fp64 (SPEC 3b: float64
+    noise on float64 scores), float32 for the others (called once per row, on the running maxima)."""
+    if STREAM == "murmur3_fp64":
+        x = x.to(tl.float64)
+    return x
+
+
 # -- which family the kernels draw (a constexpr of theirs), host side --------------------------
 # The `StreamFamily.triton` helpers the kernels hold (streams.py, murmur3.py): the values of their
 # constexpr STREAM; STREAMS, the registered families the sampler draws with them (SPEC 3).
