@@ -53,7 +53,7 @@ STEP_BLOCK = tl.constexpr(16)
 #   tl.zeros(s, d) / tl.zeros_like(x)  ->  tl.full(s, 0, d) / tl.full(x.shape, 0, x.dtype)
 #   tl.max / tl.min / tl.sum(x, 0)     ->  tl.reduce(x, 0, _MAX / _MIN / _SUM) (32-bit x)
 # The random streams (SPEC 3) are the helpers of streams.py, one nested call each, and murmur3.py's
-# noises (under the interpreter plain functions: see murmur3._called_directly):
+# noises (under the interpreter plain functions: see murmur3.called_directly):
 #   tl.rand(g, o)                      ->  tl.randint4x(g, o)[0] and uint_to_uniform_float's own definition
 #   tl.randint(g, o)                   ->  tl.randint4x(g, o)[0]
 # (randint4x keeps the Philox counter layout of the installed Triton version).

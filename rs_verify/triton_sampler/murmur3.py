@@ -91,7 +91,7 @@ def murmur3_fp64_noise(seed, pos, idx):
     return -tl.log(-tl.log(u))
 
 
-def _called_directly(fn):
+def called_directly(fn):
     """`fn` itself compiled; under Triton's interpreter, the plain function the interpreter
     rewrites it to (`InterpretedFunction.rewrite()`, cached by Triton).
 
@@ -106,7 +106,7 @@ def _called_directly(fn):
 
 
 _mix, murmur3_hash, murmur3_uniform, murmur3_noise, murmur3_fp64_noise = map(
-    _called_directly, (_mix, murmur3_hash, murmur3_uniform, murmur3_noise, murmur3_fp64_noise))
+    called_directly, (_mix, murmur3_hash, murmur3_uniform, murmur3_noise, murmur3_fp64_noise))
 
 # -- the family's check against the contract (StreamFamily.triton_check) ----------------------
 NOISE_RTOL = 1e-5  # float32 noise vs the contract's float64: ~100 ulp of max(1, |G|) (tl.log is approximate on GPUs)

@@ -29,7 +29,7 @@ import triton.language as tl
 
 from ..contract import streams as stream_families
 from ..contract.explicit import EXPLICIT, GUMBEL, RESAMPLE
-from .murmur3 import murmur3_fp64_noise, murmur3_noise
+from .murmur3 import called_directly, murmur3_fp64_noise, murmur3_noise
 
 TINY = tl.constexpr(4.6566127342e-10)  # SPEC 3's floor of every uniform
 SCALE = tl.constexpr(4.6566127342e-10)  # Triton's int32 -> uniform scale (tl.uint_to_uniform_float)
@@ -131,6 +131,11 @@ def score_dtype(x, STREAM: tl.constexpr):
     if STREAM == "murmur3_fp64":
         x = x.to(tl.float64)
     return x
+
+
+# Under the interpreter the three are plain functions (murmur3.called_directly): the noise costs one
+# nested call per vocabulary block (philox_gumbel's, or none for murmur3's), as before they were one.
+resample_key, resample_noise, score_dtype = map(called_directly, (resample_key, resample_noise, score_dtype))
 
 
 # -- which family the kernels draw (a constexpr of theirs), host side --------------------------
