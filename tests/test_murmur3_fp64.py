@@ -7,14 +7,27 @@ import struct
 
 import numpy as np
 import pytest
+import torch
+import triton
+import triton.language as tl
 
 from rs_verify.contract import murmur3, murmur3_fp64, streams
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.triton_philox import TRITON_PHILOX
 from rs_verify.harness.record import DeclarationError, SamplerRecord
 from rs_verify.reference import ReferenceSampler
+from rs_verify.triton_sampler.streams import resample_key, resample_noise
 
 mmh3 = pytest.importorskip("mmh3")
+
+
+@triton.jit
+def _noise_probe(out_ptr, STREAM: tl.constexpr):
+    """The noise of tokens 0..15 at seed 5, position 7 as the kernels choose it for STREAM."""
+    idx = tl.arange(0, 16)
+    pos = tl.full([16], 7, tl.int64)
+    key = resample_key(tl.full([16], 5, tl.int64), pos, STREAM)
+    tl.store(out_ptr + idx, resample_noise(key, pos, idx, idx < 16, STREAM).to(tl.float32))
 
 FP64 = murmur3_fp64.MURMUR3_FP64
 KEYS = [(s, p, t) for s in (0, -1, 2**63 - 1, -(2**63), 1234567890123) for p in (0, 2**32 + 5, 2**62 + 3)
@@ -122,3 +135,13 @@ def test_reference_block_seed_changes_only_later_steps():
         tok = b.replace(verification="token")
         assert np.array_equal(plain(tok).sampled, step(tok).sampled)  # token-wise: the plain seed in both
     assert differ > 0
+
+
+def test_an_unknown_stream_draws_no_noise():
+    """The kernels choose noise in one place (`streams.resample_noise`): a STREAM it does not know fails
+    instead of drawing another family's noise (here under the interpreter; compiled, it fails to compile)."""
+    out = torch.zeros(16, dtype=torch.float32)
+    _noise_probe[(1,)](out, STREAM="murmur3")
+    assert np.allclose(out.numpy(), murmur3.MURMUR3.gumbel([5], [7], 16)[0], rtol=1e-5)
+    with pytest.raises(Exception, match="resample_key"):
+        _noise_probe[(1,)](out, STREAM="murmur3-fp64")  # the record's name, not its kernel name "murmur3_fp64"
