@@ -14,6 +14,7 @@ import numpy as np
 from rs_verify.contract import methods
 from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
+from rs_verify.contract.deviations import Applied, applied
 from rs_verify.contract.explicit import GUMBEL, RESAMPLE
 from rs_verify.contract.masks import state_params
 from rs_verify.contract.streams import StreamFamily, family as family_of, registered
@@ -44,6 +45,8 @@ class ReferenceSampler:
       as the family's deterministic draw (`rs_verify.contract.explicit`: what the suite fills
       in for the sampler under test).
     - `resample`: `"gumbel"` or, with a family keyed by the batch, `"inverse_cdf"` (SPEC 4).
+    - `deviations`: the declared deviations it applies instead of the SPEC's rules (SPEC section 11;
+      names, paths or `Deviation` records): certification binds those of the sampler it certifies.
     """
 
     name = "reference"
@@ -53,8 +56,10 @@ class ReferenceSampler:
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS,
-                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL):
+                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL, deviations=()):
         self.validate = bool(validate)
+        self.applied = applied(deviations)
+        self.deviations = frozenset(self.applied.records)  # the declaration (SPEC section 10)
         self.slab_elems = int(slab_elems)
         self.family = family_of(streams)
         if resample not in RESAMPLE or (resample != GUMBEL and self.family.keyed_by != "batch"):
@@ -67,14 +72,17 @@ class ReferenceSampler:
     def __repr__(self) -> str:
         extra = "" if self.family is TRITON_PHILOX else f", streams={self.family.name!r}"
         extra += "" if self.resample == GUMBEL else f", resample={self.resample!r}"
+        extra += f", deviations={list(self.applied.names)}" if self.applied else ""
         return f"ReferenceSampler(validate={self.validate}{extra})"
 
-    def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL) -> "ReferenceSampler":
+    def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL, deviations=None) -> "ReferenceSampler":
         """This reference drawing the random numbers of `streams` instead, resampling as `resample`
-        (itself when both are its own)."""
-        if family_of(streams) is self.family and resample == self.resample:
+        and applying `deviations` (None: its own) (itself when all three are its own)."""
+        dev = self.applied if deviations is None else applied(deviations)
+        if family_of(streams) is self.family and resample == self.resample and dev == self.applied:
             return self
-        return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams, resample=resample)
+        return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams, resample=resample,
+                          deviations=dev)
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         """Verify `batch` (SPEC sections 4-6); `max_chunk_logits` None: the whole batch at once."""
@@ -111,7 +119,7 @@ class ReferenceSampler:
         k1 = batch.num_speculative_steps + 1
         sampled = np.empty((batch.num_reqs, k1), dtype=np.int64)
         num = np.empty(batch.num_reqs, dtype=np.int32)
-        shared = BatchArrays(batch, self.family, self.resample)
+        shared = BatchArrays(batch, self.family, self.resample, self.applied)
         lp_parts, traces = [], []
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ra, rb in iter_request_chunks(cu, rows_cap):
@@ -130,10 +138,13 @@ class BatchArrays:
     """The batch's arrays as the slabs read them (draft logits flattened to `[S * K, Vd]` once);
     `params`: the sampling parameters per state, None when none is on (SPEC section 2); `block`:
     stochastic requests verify as a block (section 4b); `family`: the stream family (section 3);
-    `resample`: `"gumbel"` or `"inverse_cdf"` (section 4)."""
+    `resample`: `"gumbel"` or `"inverse_cdf"` (section 4); `deviations`: the declared deviations
+    applied (section 11, `rs_verify.contract.deviations.Applied`)."""
 
-    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = GUMBEL):
+    def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = GUMBEL,
+                 deviations: Applied | None = None):
         self.batch = batch
+        self.deviations = applied(deviations)
         self.family = family
         self.resample = resample
         self.k = batch.num_speculative_steps

@@ -52,16 +52,19 @@ class Context:
 
 def certifying_reference(reference, record: SamplerRecord | None):
     """`reference` bound to `record`'s stream family (and, for an explicit sampler, its `resample`,
-    SPEC 4): its `with_streams(family[, resample])` when it offers one, else itself when it declares
-    the same, else None."""
+    SPEC 4) and applying its declared deviations (SPEC 11): its `with_streams(family[, resample]
+    [, deviations])` when it offers one, else itself when it declares the same, else None."""
     if reference is None or record is None or record.family is None:
         return None
-    resample = {} if record.resample == GUMBEL else {"resample": record.resample}
+    kw = {} if record.resample == GUMBEL else {"resample": record.resample}
+    if record.deviations:
+        kw["deviations"] = record.applied
     bind = getattr(reference, "with_streams", None)
     if callable(bind):
-        return bind(record.family, **resample)
+        return bind(record.family, **kw)
     own = record_of(reference)
-    return reference if own.family is record.family and own.resample == record.resample else None
+    same = own.family is record.family and own.resample == record.resample and own.applied == record.applied
+    return reference if same else None
 
 
 def capabilities(ctx: Context) -> set[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..contract.batch import EXERCISED, SpecBatch
-from .record import SamplerRecord, record_of
+from .record import DEVIATION_KEY, SamplerRecord, record_of
 
 
 class RemoteSampler:
@@ -50,8 +50,15 @@ class SamplerUnderTest:
 
     @property
     def sent(self) -> dict[str, int]:
-        """Answered calls whose batch exercised each of `EXERCISED` (only those with at least one)."""
-        return {k: self._tally[k] for k in EXERCISED if self._tally[k]}
+        """Answered calls whose batch exercised each of `EXERCISED`, and decisions each declared
+        deviation decided (`DEVIATION_KEY` + its name; SPEC 11), only those with at least one."""
+        keys = [*EXERCISED, *(DEVIATION_KEY + d.name for d in self.record.applied)]
+        return {k: self._tally[k] for k in keys if self._tally[k]}
+
+    def count_deviations(self, decided: dict[str, int]) -> None:
+        """Count the decisions each declared deviation decided (`{name: n}`, read from the traces of
+        the reference that certified the sampler's answers)."""
+        self._tally.update({DEVIATION_KEY + name: int(n) for name, n in decided.items() if n})
 
     @property
     def name(self) -> str:
