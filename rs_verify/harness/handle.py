@@ -91,3 +91,18 @@ class SamplerUnderTest:
 def as_sampler(obj) -> SamplerUnderTest:
     """`obj` as a `SamplerUnderTest` (itself when it is one)."""
     return obj if isinstance(obj, SamplerUnderTest) else SamplerUnderTest(obj)
+
+
+def parse_deviations(text: str | None) -> list[str]:
+    """The deviations a command line names (`NAME,...`: shipped names or `module:attribute` paths)."""
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def with_deviations(sampler, names) -> SamplerUnderTest:
+    """`sampler` declaring the deviations `names` too (SPEC 11: a user names them on the command line
+    for a sampler they cannot edit); the sampler itself when `names` is empty. `DeclarationError`
+    (a ValueError) for an unknown name or two deviations ruling one edge."""
+    if not names:
+        return sampler
+    handle = as_sampler(sampler)
+    return SamplerUnderTest(handle.obj, handle.record.replace(deviations=handle.record.deviations | set(names)))
