@@ -140,7 +140,9 @@ def cmd_check(args) -> int:
     if args.report:
         meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": dev,
                 "database": database.describe(settings().database), "versions": versions(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "max_examples": args.max_examples}
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "max_examples": args.max_examples,
+                # what the run exercised, each declared deviation (SPEC 11) with the decisions it decided
+                "exercised": record_of(sampler).exercised([r.stats.get("sent", {}) for r in results])}
         paths = write_report(results, args.report, meta=meta)
         console.print(f"report: {paths['markdown']}, {paths['json']} and {len(paths['plots'])} plot(s) in "
                       f"{args.report}", markup=False, highlight=False)
