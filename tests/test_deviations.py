@@ -201,3 +201,9 @@ def test_naming_deviations_on_the_command_line_declares_them(gate):
 def test_a_declaration_excuses_nothing_else(gate, sampler, fails):
     result, text = _run(gate, sampler)
     assert f"FAILED rs-verify::{fails}" in text, text
+
+
+def test_a_certification_failure_names_the_undeclared_deviation_it_resembles(gate):
+    result, text = _run(gate, "sglang_undeclared")
+    assert "FAILED rs-verify::certified_equivalence" in text
+    assert "looks like `inverse_cdf_last_token`" in text

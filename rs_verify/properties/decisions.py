@@ -318,7 +318,7 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
             ruled = sorted({d.deviation for d in trace.decisions if getattr(d, "deviation", "") and d.step <= div.step})
             if ruled and not div.excused:  # SPEC 11: the reference applied a declared rule on the way
                 div.note += (f"; the reference applied the declared deviation {', '.join(ruled)} at or before this "
-                             "step: a sampler without it diverges here")
+                             "step (a sampler that does not have it diverges on its edge)")
             result.divergences.append(div)
         result.stochastic += _stochastic_compared(trace, last if div is not None else len(drafts), greedy)
     return result
