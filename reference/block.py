@@ -9,6 +9,9 @@
    (`sum_x max(P_i p(x) - q(x), 0)`; one-hot drafts `P_i (1 - p(d_{i+1}))`, no pass);
 5. `h_i` (`spec.block.thresholds`) and `tau` (`spec.block.BlockResult.tau`).
 
+A declared deviation at the edge `"block_prefix"` (SPEC 11: `block_nan_prefix_resets`) gives `log P_i`
+where the recurrence's sum is NaN; the block decisions of those steps carry its name.
+
 The token at step `tau` is then emitted by the slab's one resample/bonus pass (`reference.slab`):
 the bonus when `tau == n`, `p` at a padded step, else the residual `max(P_{tau-1} p - q, 0)` (the
 `log_scale` returned here) or `p` without `d_tau` for one-hot drafts.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.contract.block import BlockResult, first_padded, prefix_ratios, thresholds
+from rs_verify.contract.block import BlockResult, first_padded, nan_steps, prefix_ratios, thresholds
 from rs_verify.contract.scratch import Scratch
 
 from .logits import softmax_parts
@@ -42,8 +45,9 @@ def verify_block(slab, reqs: np.ndarray, d_safe: np.ndarray) -> dict:
     """Block verification of the slab-local stochastic requests `reqs`.
 
     Returns `tau` and `log_scale` (`log P_{tau-1}`, 0 for `tau == 0`) per request of `reqs`, and
-    `result` (the `BlockResult`) and `u` (the uniforms, float64 `[len(reqs), K]`, NaN at unverified
-    steps).
+    `result` (the `BlockResult`), `u` (the uniforms, float64 `[len(reqs), K]`, NaN at unverified
+    steps) and `ruled` (`(name, bool [len(reqs), K])`: the steps a declared `"block_prefix"` deviation
+    decided, or None).
     """
     nb, k, vp = reqs.size, slab.b.k, slab.vp
     where = np.full(slab.nreq, -1, np.int64)
@@ -71,7 +75,9 @@ def verify_block(slab, reqs: np.ndarray, d_safe: np.ndarray) -> dict:
         log_qd = np.full((nb, k), np.nan)
         log_qd[ri, st] = _at(zq, d) - mq - np.log(sq)
     u[ri, st] = slab.uniforms(rows, st)  # the family's exact values, by the block seed
-    log_prefix = prefix_ratios(log_pd, log_qd, m)
+    dev = slab.b.deviations.at("block_prefix")
+    log_prefix = prefix_ratios(log_pd, log_qd, m, None if dev is None else dev.rule("block_prefix"))
+    ruled = None if dev is None else (dev.name, nan_steps(log_pd, log_qd, log_prefix, m))
 
     # Z_{i+1} at the rows of steps 1 <= i + 1 < m, with P_i of the step before.
     z = np.full((nb, k), np.nan)
@@ -89,13 +95,14 @@ def verify_block(slab, reqs: np.ndarray, d_safe: np.ndarray) -> dict:
             z[ri[zs], st[zs] - 1] = w.sum(axis=1)
     result = BlockResult(m=m, log_prefix=log_prefix, h=thresholds(log_prefix, z, m), z=z)
     tau = result.tau(u)
-    return {"tau": tau, "log_scale": result.residual_log_scale(tau), "result": result, "u": u}
+    return {"tau": tau, "log_scale": result.residual_log_scale(tau), "result": result, "u": u, "ruled": ruled}
 
 
 def block_decisions(slab, r: int, blk: dict, bi: int) -> list[Decision]:
     """The "block" decisions of slab-local request `r` (block-request index `bi`): one per verified
     step `i < m`, `accepted = u_i <= h_i`, margin `log h_i - log u_i`, scale
-    `max(1, |log u_i|, |log P_i|, |log h_i|)` over the finite terms."""
+    `max(1, |log u_i|, |log P_i|, |log h_i|)` over the finite terms; `deviation`: the declared
+    deviation that decided `log P_i` (SPEC 11), else empty."""
     res = blk["result"]
     mi = int(res.m[bi])
     u = blk["u"][bi, :mi]
@@ -108,5 +115,7 @@ def block_decisions(slab, r: int, blk: dict, bi: int) -> list[Decision]:
     scale = np.maximum(1.0, token_scale(log_u, log_p, log_h)) if mi else np.zeros(0)
     accepted = u <= h
     base = int(slab.cu[r])
+    name, ruled = blk["ruled"] or ("", np.zeros((bi + 1, mi), bool))
     return [Decision(slab.ra + r, i, slab.lo + base + i, "block", int(slab.d[base + i]), bool(accepted[i]),
-                     float(margin[i]), None, float(scale[i])) for i in range(mi)]
+                     float(margin[i]), None, float(scale[i]), deviation=name if ruled[bi, i] else "")
+            for i in range(mi)]

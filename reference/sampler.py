@@ -14,6 +14,7 @@ import numpy as np
 from rs_verify.contract import methods
 from rs_verify.contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from rs_verify.contract.chunking import empty_output, iter_request_chunks, verify_chunked
+from rs_verify.contract.deviations import Applied, applied
 from rs_verify.contract.explicit import GUMBEL, RESAMPLE
 from rs_verify.contract.masks import state_params
 from rs_verify.contract.streams import PLAIN, StreamFamily, family as family_of, registered
@@ -46,6 +47,8 @@ class ReferenceSampler:
     - `resample`: `"gumbel"` or, with a family keyed by the batch, `"inverse_cdf"` (SPEC 4).
     - `block_seed`: how block step `i` keys its acceptance uniform (SPEC 3b and 10): `"plain"` or,
       with a family that offers it, `"step"` (`seed ^ (i << 32)`).
+    - `deviations`: the declared deviations it applies instead of the SPEC's rules (SPEC section 11;
+      names, paths or `Deviation` records): certification binds those of the sampler it certifies.
     """
 
     name = "reference"
@@ -55,8 +58,11 @@ class ReferenceSampler:
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS,
-                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL, block_seed: str = PLAIN):
+                 streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL, block_seed: str = PLAIN,
+                 deviations=()):
         self.validate = bool(validate)
+        self.applied = applied(deviations)
+        self.deviations = frozenset(self.applied.records)  # the declaration (SPEC section 10)
         self.slab_elems = int(slab_elems)
         self.family = family_of(streams)
         if resample not in RESAMPLE or (resample != GUMBEL and self.family.keyed_by != "batch"):
@@ -74,16 +80,20 @@ class ReferenceSampler:
         extra = "" if self.family is TRITON_PHILOX else f", streams={self.family.name!r}"
         extra += "" if self.resample == GUMBEL else f", resample={self.resample!r}"
         extra += "" if self.block_seed == PLAIN else f", block_seed={self.block_seed!r}"
+        extra += f", deviations={list(self.applied.names)}" if self.applied else ""
         return f"ReferenceSampler(validate={self.validate}{extra})"
 
-    def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL,
-                     block_seed: str = PLAIN) -> "ReferenceSampler":
+    def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL, block_seed: str = PLAIN,
+                     deviations=None) -> "ReferenceSampler":
         """This reference drawing the random numbers of `streams` instead, resampling as `resample`, its
-        block steps keyed by `block_seed` (itself when all three are its own)."""
-        if family_of(streams) is self.family and (resample, block_seed) == (self.resample, self.block_seed):
+        block steps keyed by `block_seed` and applying `deviations` (None: its own) (itself when all four
+        are its own)."""
+        dev = self.applied if deviations is None else applied(deviations)
+        if (family_of(streams) is self.family and (resample, block_seed) == (self.resample, self.block_seed)
+                and dev == self.applied):
             return self
         return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams, resample=resample,
-                          block_seed=block_seed)
+                          block_seed=block_seed, deviations=dev)
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         """Verify `batch` (SPEC sections 4-6); `max_chunk_logits` None: the whole batch at once."""
@@ -120,7 +130,7 @@ class ReferenceSampler:
         k1 = batch.num_speculative_steps + 1
         sampled = np.empty((batch.num_reqs, k1), dtype=np.int64)
         num = np.empty(batch.num_reqs, dtype=np.int32)
-        shared = BatchArrays(batch, self.family, self.resample, self.block_seed)
+        shared = BatchArrays(batch, self.family, self.resample, self.block_seed, self.applied)
         lp_parts, traces = [], []
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ra, rb in iter_request_chunks(cu, rows_cap):
@@ -139,11 +149,13 @@ class BatchArrays:
     """The batch's arrays as the slabs read them (draft logits flattened to `[S * K, Vd]` once);
     `params`: the sampling parameters per state, None when none is on (SPEC section 2); `block`:
     stochastic requests verify as a block (section 4b); `family`: the stream family (section 3);
-    `resample`: `"gumbel"` or `"inverse_cdf"` (section 4); `block_seed`: the block steps' seed (3b)."""
+    `resample`: `"gumbel"` or `"inverse_cdf"` (section 4); `block_seed`: the block steps' seed (3b);
+    `deviations`: the declared deviations applied (section 11, `rs_verify.contract.deviations.Applied`)."""
 
     def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = GUMBEL,
-                 block_seed: str = PLAIN):
+                 block_seed: str = PLAIN, deviations: Applied | None = None):
         self.batch = batch
+        self.deviations = applied(deviations)
         self.family = family
         self.resample = resample
         self.block_seed = block_seed

@@ -11,6 +11,11 @@
    a sampler of the explicit family that resamples by inverse CDF (SPEC 4) instead takes the smallest
    `x` with `r(x) > 0` and `S_x > U S` (`reference.inverse_cdf`).
 
+Declared deviations (SPEC 11, `BatchArrays.deviations`) replace a rule at their edge: at
+`"empty_residual"` whether a residual is empty is decided in float32 (`residual_empty32`) and an
+empty one samples the rule's weights instead of `p`; at `"inverse_cdf_top"` a resample whose float32
+prefix sums never exceed `U S` (`inverse_cdf_unfound32`) takes the rule's token.
+
 Residual scores use the unnormalized `log max(p - q, 0)`: a per-row constant
 changes no argmax and no gap. The big temporaries are `Scratch` arrays (reused
 across calls); in trace mode the quantities the trace needs are copied out.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rs_verify.contract.deviations import inverse_cdf_unfound32, residual_empty32
 from rs_verify.contract.explicit import resample_uniforms
 from rs_verify.contract.scratch import Scratch
 from rs_verify.contract.streams import PLAIN
@@ -209,8 +215,10 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
     residual is then `max(P_{tau-1} p - q, 0)`.
 
     In trace mode also: `logp`, `noise` (G) and `scores` per final row; for the rows that
-    rejected a real draft (`resid_index` >= 0) the residual's float64 `mass` and, for model
-    drafts, `logq`.
+    rejected a real draft (`resid_index` >= 0) the residual's float64 `mass`, whether it was
+    `used` (positive mass: in float64, or in float32 where a deviation rules the empty residual)
+    and, for model drafts, `logq`; `ruled`: `{"empty_residual" | "inverse_cdf_top": (deviation,
+    bool mask over the residual rows | the final rows)}` where a declared deviation decided.
     """
     nr, vp = rows.shape[0], slab.vp
     zf = slab.gather(rows, _RES_Z)
@@ -222,6 +230,8 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
     if slab.trace:
         out["logp"] = base.copy()
     rej = np.flatnonzero(~bonus & valid[rows])  # rejected real drafts: residuals
+    dev = slab.b.deviations.at("empty_residual")
+    ruled = {}
     if rej.size:
         d = d_safe[rows[rej]]
         if slab.b.draft is not None:
@@ -233,24 +243,38 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
             r /= s[rej, None]  # p
             if log_scale is not None:
                 r *= np.exp(log_scale[rej])[:, None]  # P p (exact for P = 1)
+            empty32 = None if dev is None else residual_empty32(r, eq)
             r -= eq
             np.maximum(r, 0.0, out=r)
-            keep = np.flatnonzero(r.any(axis=1))  # a residual with no positive mass falls back to p
+            used = r.any(axis=1) if dev is None else ~empty32  # no positive mass: falls back to p
+            keep = np.flatnonzero(used)
             if slab.trace:
-                out.update(mass=r.sum(axis=1), logq=np.log(eq),
+                out.update(mass=r.sum(axis=1), logq=np.log(eq), used=used,
                            log_scale=None if log_scale is None else log_scale[rej])
             np.log(r, out=r)
             base[rej[keep]] = r[keep]
         else:
             logr = base[rej]
             logr[np.arange(rej.size), d] = -np.inf
-            keep = np.flatnonzero((logr > -np.inf).any(axis=1))
+            used = (logr > -np.inf).any(axis=1) if dev is None else ~residual_empty32(np.exp(base[rej]), None, d)
+            keep = np.flatnonzero(used)
             if slab.trace:
-                out.update(mass=np.exp(logr).sum(axis=1), logq=None)
+                out.update(mass=np.exp(logr).sum(axis=1), logq=None, used=used)
             base[rej[keep]] = logr[keep]
+        if dev is not None:  # SPEC 11: the declared rule instead of the fallback to p
+            empty = rej[~used]
+            if empty.size:
+                base[empty] = dev.rule("empty_residual")(base[empty])
+            ruled["empty_residual"] = (dev.name, ~used)
     if slab.b.resample == inverse_cdf.WHAT:
         u = resample_uniforms(slab.b.batch, slab.ra + reqs)
         out["tokens"] = inverse_cdf.tokens(base, u)
+        top = slab.b.deviations.at("inverse_cdf_top")
+        if top is not None:  # SPEC 11: no float32 prefix sum above U S takes the declared rule's token
+            unfound = inverse_cdf_unfound32(base, u)
+            if unfound.any():
+                out["tokens"][unfound] = top.rule("inverse_cdf_top")(base[unfound], u[unfound])
+            ruled["inverse_cdf_top"] = (top.name, unfound)
         if slab.trace:
             out["U"] = u
     # The request's noise (explicit, SPEC 3c: its own wherever it samples) or its row's; e is free again.
@@ -265,6 +289,8 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
         index[rej] = np.arange(rej.size)
         out.update(scores=scores.copy(), noise=noise.copy(), resid_index=index)
         out.setdefault("mass", np.zeros(0))
+        out.setdefault("used", out["mass"] > 0)
         out.setdefault("logq", None)
+        out["ruled"] = ruled
     return out
 

@@ -72,6 +72,10 @@ class Decision:
       inverse-CDF resample (SPEC 4): `"inverse_cdf"`, whose `gaps` are the boundary distances of
       `reference.inverse_cdf` (excused within `rs_verify.contract.explicit.inverse_cdf_tolerance`, SPEC 8, `scales` all 1);
       `""` otherwise.
+    - `deviation`: the name of the declared deviation (SPEC 11) whose rule decided it, else `""`:
+      a residual decision that found the residual empty in float32 (`"empty_residual"`), an
+      inverse-CDF argmax whose float32 prefix sums never exceeded `U S` (`"inverse_cdf_top"`, margin
+      `1 - U`), a block decision whose `log P_i` the rule gave (`"block_prefix"`).
     """
 
     request: int
@@ -85,6 +89,7 @@ class Decision:
     scale: float
     scales: np.ndarray | None = None
     what: str = ""
+    deviation: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,6 +181,12 @@ def _greedy_decisions(slab, r, tr, argmax) -> list[Decision]:
     return out
 
 
+def _ruled(res, edge: str, k: int) -> str:
+    """The deviation that decided entry `k` at `edge` of the resample results, or `""`."""
+    name, mask = res.get("ruled", {}).get(edge, ("", None))
+    return name if mask is not None and 0 <= k < mask.size and bool(mask[k]) else ""
+
+
 def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
     """The residual-mass decision (after a rejected real draft) and the resample or bonus argmax."""
     req, j = slab.ra + r, int(slab.cu[r]) + tr
@@ -185,27 +196,38 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
     k = res["resid_index"][ri]
     inverse = "U" in res  # an inverse-CDF resample (SPEC 4): boundary distances, not score gaps
     what = inverse_cdf.WHAT if inverse else ""
+    dev = slab.b.deviations.at("empty_residual")
+    # What an empty residual samples: p, or a declared deviation's weights (SPEC 11).
+    fallback = logp if dev is None else dev.rule("empty_residual")(logp[None])[0]
     if k >= 0:
-        mass, draft = float(res["mass"][k]), int(slab.d[j])
+        mass, draft, used = float(res["mass"][k]), int(slab.d[j]), bool(res["used"][k])
         q_row = None if res["logq"] is None else res["logq"][k]
-        if mass > 0 and inverse:  # the other branch: inverse CDF over p
-            alt_token = int(inverse_cdf.tokens(logp[None], res["U"][ri : ri + 1])[0])
-            alt_gaps = inverse_cdf.gaps(logp, res["U"][ri], alt_token)[0]
+        if used and inverse:  # the other branch: inverse CDF over the fallback
+            alt_token = int(inverse_cdf.tokens(fallback[None], res["U"][ri : ri + 1])[0])
+            alt_gaps = inverse_cdf.gaps(fallback, res["U"][ri], alt_token)[0]
             alt_scales = np.ones_like(alt_gaps)
-        elif mass > 0:  # the other branch: the fallback to p
-            alt_gaps = argmax_stats((logp + g)[None])[0][0]
+        elif used:  # the other branch: the fallback
+            alt_gaps = argmax_stats((fallback + g)[None])[0][0]
             alt_scales = candidate_scales(token_scale(logp, g), int(np.argmin(alt_gaps)))
             logq = q_row
         else:  # the other branch: a residual that float32 rounding kept
             log_scale = None if res.get("log_scale") is None else float(res["log_scale"][k])
             alt_gaps = _distance_to_positive_mass(logp, q_row, draft, log_scale)
+            if dev is not None and mass == 0:  # decided in float32: no rounding keeps a float64-empty residual
+                alt_gaps = np.full_like(alt_gaps, np.inf)
             alt_scales = np.maximum(1.0, token_scale(logp, q_row))
-        out.append(Decision(req, tr, slab.lo + j, "residual", draft, mass > 0, mass, alt_gaps, 1.0, alt_scales,
-                            what=what))
+        out.append(Decision(req, tr, slab.lo + j, "residual", draft, used, mass, alt_gaps, 1.0, alt_scales,
+                            what=what, deviation=_ruled(res, "empty_residual", k)))
     if inverse:
-        gaps, margin = inverse_cdf.gaps(res["logr"][ri], res["U"][ri], token)
+        top = _ruled(res, "inverse_cdf_top", ri)
+        if top:  # the float64 token's distance from the top boundary is 1 - U (SPEC 8)
+            own = int(inverse_cdf.tokens(res["logr"][ri : ri + 1], res["U"][ri : ri + 1])[0])
+            gaps, _ = inverse_cdf.gaps(res["logr"][ri], res["U"][ri], own)
+            gaps[own], gaps[token], margin = 1.0 - float(res["U"][ri]), 0.0, 1.0 - float(res["U"][ri])
+        else:
+            gaps, margin = inverse_cdf.gaps(res["logr"][ri], res["U"][ri], token)
         out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, margin, gaps, 1.0, np.ones_like(gaps),
-                            what=what))
+                            what=what, deviation=top))
         return out
     gaps, margin = argmax_stats(res["scores"][ri : ri + 1])
     scales = candidate_scales(token_scale(logp, logq, g), token)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BlockResult", "block_quantities", "block_residual", "first_padded", "prefix_ratios",
+__all__ = ["BlockResult", "block_quantities", "block_residual", "first_padded", "nan_steps", "prefix_ratios",
            "residual_mass", "tau_law", "thresholds"]
 
 
@@ -83,10 +83,13 @@ def first_padded(drafts: np.ndarray, n: np.ndarray, vocab: int) -> np.ndarray:
     return np.where(padded.any(axis=1), np.argmax(padded, axis=1), n).astype(np.int64)
 
 
-def prefix_ratios(log_pd: np.ndarray, log_qd: np.ndarray | None, m: np.ndarray) -> np.ndarray:
+def prefix_ratios(log_pd: np.ndarray, log_qd: np.ndarray | None, m: np.ndarray, nan_rule=None) -> np.ndarray:
     """`log P_i` (float64 `[R, K]`, NaN at steps `>= m`) from `log p_i(d_i)` and `log q_i(d_i)`
-    (`[R, K]`; None for one-hot drafts: `log q = 0`)."""
+    (`[R, K]`; None for one-hot drafts: `log q = 0`). `nan_rule` (a declared deviation's rule at the
+    edge `"block_prefix"`, SPEC 11): `log P_i` where `log P_{i-1} + log p_i(d_i) - log q_i(d_i)` is
+    NaN, as `nan_rule(prev, log_pd, log_qd)` on those requests (the SPEC's `-inf` without it)."""
     log_pd = np.asarray(log_pd, np.float64)
+    log_qd = None if log_qd is None else np.asarray(log_qd, np.float64)
     r, k = log_pd.shape
     live = np.arange(k)[None, :] < np.asarray(m)[:, None]
     with np.errstate(invalid="ignore"):
@@ -97,6 +100,10 @@ def prefix_ratios(log_pd: np.ndarray, log_qd: np.ndarray | None, m: np.ndarray) 
     for i in range(k):
         with np.errstate(invalid="ignore"):
             cur = np.where(np.isneginf(prev), -np.inf, np.minimum(prev + ratio[:, i], 0.0))
+            if nan_rule is not None and log_qd is not None:
+                nan = live[:, i] & np.isnan(prev + (log_pd[:, i] - log_qd[:, i]))
+                if nan.any():
+                    cur[nan] = nan_rule(prev[nan], log_pd[nan, i], log_qd[nan, i])
         out[:, i] = np.where(live[:, i], cur, np.nan)
         prev = cur
     return out
@@ -122,8 +129,21 @@ def residual_mass(scale: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray
     return np.maximum(np.asarray(scale)[..., None] * p - q, 0.0).sum(axis=-1)
 
 
-def block_quantities(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, n: np.ndarray) -> BlockResult:
-    """SPEC section 4b's `m`, prefix ratios and thresholds.
+def nan_steps(log_pd: np.ndarray, log_qd: np.ndarray | None, log_prefix: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """bool `[R, K]`: the verified steps where `log P_{i-1} + log p_i(d_i) - log q_i(d_i)` is NaN
+    (`-inf` minus `-inf`: the edge of a `"block_prefix"` deviation, SPEC 11); never for one-hot drafts."""
+    r, k = np.shape(log_pd)
+    if log_qd is None or not k:
+        return np.zeros((r, k), bool)
+    prev = np.concatenate([np.zeros((r, 1)), np.asarray(log_prefix, np.float64)[:, :-1]], axis=1)
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(prev + (np.asarray(log_pd, np.float64) - np.asarray(log_qd, np.float64)))
+    return nan & (np.arange(k)[None, :] < np.asarray(m)[:, None])
+
+
+def block_quantities(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, n: np.ndarray,
+                     nan_rule=None) -> BlockResult:
+    """SPEC section 4b's `m`, prefix ratios and thresholds (`nan_rule`: see `prefix_ratios`).
 
     - `p`: float64 `[R, K + 1, V']`, target probabilities of each request's rows (step `i`, then the
       bonus row; rows past a request's `n + 1` are ignored).
@@ -137,7 +157,7 @@ def block_quantities(p: np.ndarray, q: np.ndarray | None, drafts: np.ndarray, n:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_pd = np.log(_at(p[:, :k], drafts))
         log_qd = None if q is None else np.log(_at(np.asarray(q, np.float64), drafts))
-        log_prefix = prefix_ratios(log_pd, log_qd, m)
+        log_prefix = prefix_ratios(log_pd, log_qd, m, nan_rule)
         z = np.full((r, k), np.nan)
         for i in range(k - 1):
             rows = np.flatnonzero(i + 1 < m)

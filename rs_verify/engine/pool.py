@@ -31,6 +31,7 @@ from ..properties.registry import PROPERTIES, by_cost
 from ..harness import children, device
 from . import database, isolation, profiles, runner
 from .records import CRASH, ERROR, Failure, Outcome
+from ..harness.handle import with_deviations
 from ..harness.samplers import load_sampler
 
 
@@ -62,8 +63,8 @@ class _WorkerServer:
             profiles.load(setup.profile)
             if setup.redis_url:
                 database.apply(setup.redis_url)
-            self.sampler = isolation.load(setup.sampler_spec, setup.isolate, timeout=setup.timeout,
-                                          device_name=setup.device)
+            self.sampler = with_deviations(isolation.load(setup.sampler_spec, setup.isolate, timeout=setup.timeout,
+                                                          device_name=setup.device), setup.options.get("deviations"))
             self.reference = load_sampler(setup.reference_spec) if setup.reference_spec else None
             self.broken = None
         except BaseException as exc:  # noqa: BLE001 - every property this worker is given fails with it

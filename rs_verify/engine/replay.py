@@ -23,6 +23,7 @@ from . import isolation
 from .baseline import open_baseline
 from .context import make_context, skip_reason
 from .records import CRASH, TIMEOUT, Failure
+from ..harness.handle import with_deviations
 from ..harness.samplers import load_sampler
 
 DEFAULT_REFERENCE = "reference"
@@ -35,8 +36,9 @@ class ReplayError(ValueError):
 def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = DEFAULT_REFERENCE,
             profile: str | None = None, device: str | None = None, baseline: str | None = None,
             baseline_mode: str = "exact", isolate: str = "off",
-            timeout: float = isolation.DEFAULT_TIMEOUT) -> tuple[Property, Context]:
+            timeout: float = isolation.DEFAULT_TIMEOUT, deviations=()) -> tuple[Property, Context]:
     """The property and the context to replay it in; `ReplayError` when that is not possible.
+    `deviations`: names the run added to the sampler's declared deviations (SPEC 11).
 
     `baseline` (a baseline spec, `rs_verify.engine.baseline`) is opened for the regression gate's
     properties only; it stays open until the process exits."""
@@ -45,7 +47,8 @@ def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = D
         raise ReplayError(f"property {prop_name!r} is not registered in this rs-verify "
                           f"({len(PROPERTIES)} properties; see `rs-verify list`)")
     try:
-        sampler = isolation.load(sampler_spec, isolate, timeout=timeout, device_name=device)
+        sampler = with_deviations(isolation.load(sampler_spec, isolate, timeout=timeout, device_name=device),
+                                  list(deviations or ()))
         certifies = "reference" in prop.needs or (baseline_mode == "certified" and "baseline" in prop.needs)
         wants_ref = certifies and reference_spec not in (None, "", "none")
         reference = load_sampler(reference_spec) if wants_ref else None
@@ -73,7 +76,8 @@ def prepare_bundle(b: bundles.Bundle, *, sampler: str | None = None, reference: 
                    profile=profile or b.options.get("profile"),
                    device=device or (recorded if recorded in ("cpu", "cuda") else None),
                    baseline=b.options.get("baseline"), baseline_mode=b.options.get("baseline_mode", "exact"),
-                   isolate=isolate, timeout=timeout or b.options.get("timeout") or isolation.DEFAULT_TIMEOUT)
+                   isolate=isolate, timeout=timeout or b.options.get("timeout") or isolation.DEFAULT_TIMEOUT,
+                   deviations=b.options.get("deviations", ()))
 
 
 def check(prop: Property, ctx: Context, drawn) -> None:

@@ -24,6 +24,7 @@ from ..engine import bundle as bundles
 from ..engine import database, isolation, pool, profiles, replay, runner
 from ..harness import device
 from ..engine.baseline import open_baseline, require_reference
+from ..harness.handle import parse_deviations, with_deviations
 from ..harness.record import record_of
 from ..harness.samplers import BUILTIN, load_sampler
 from ..engine.versions import versions
@@ -81,6 +82,7 @@ def cmd_check(args) -> int:
         # Isolated, the sampler runs in a child process per property (rs_verify.engine.isolation);
         # the reference is the suite's oracle and runs here.
         sampler = isolation.load(args.sampler, args.isolate, timeout=args.timeout, device_name=dev)
+        sampler = with_deviations(sampler, parse_deviations(args.deviations))  # SPEC 11, named here
         reference = load_sampler(reference_spec) if reference_spec else None
         baseline = None
         if args.baseline:  # a BaselineError is a ValueError: a usage error, like an unloadable sampler
@@ -96,6 +98,8 @@ def cmd_check(args) -> int:
     if not args.no_bundles:
         bundle_dir = args.bundle_dir or (str(Path(args.report) / "bundles") if args.report else bundles.DEFAULT_DIR)
     run_options = {"profile": profile, "device": dev, "runner": "cli", "isolate": args.isolate, "timeout": args.timeout}
+    if args.deviations:  # recorded in bundles (replayed with them) and sent to the workers
+        run_options["deviations"] = parse_deviations(args.deviations)
     if baseline:
         run_options.update(baseline=baseline.spec.pinned(), baseline_mode=args.baseline_mode)
     if args.max_examples is not None:
@@ -136,7 +140,9 @@ def cmd_check(args) -> int:
     if args.report:
         meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": dev,
                 "database": database.describe(settings().database), "versions": versions(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "max_examples": args.max_examples}
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "max_examples": args.max_examples,
+                # what the run exercised, each declared deviation (SPEC 11) with the decisions it decided
+                "exercised": record_of(sampler).exercised([r.stats.get("sent", {}) for r in results])}
         paths = write_report(results, args.report, meta=meta)
         console.print(f"report: {paths['markdown']}, {paths['json']} and {len(paths['plots'])} plot(s) in "
                       f"{args.report}", markup=False, highlight=False)
@@ -365,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--bundle-dir", metavar="DIR", default=None,
                        help="where failure bundles go (default: DIR/bundles with --report, else .rs-verify/bundles)")
     check.add_argument("--no-bundles", action="store_true", help="write no failure bundles")
-    options.add(check.add_argument, ("redis", "xfails", *options.BASELINE))
+    options.add(check.add_argument, ("redis", "xfails", "deviations", *options.BASELINE))
     check.set_defaults(func=cmd_check)
     lst = sub.add_parser("list", help="list the properties and built-in samplers")
     lst.set_defaults(func=cmd_list)

@@ -26,6 +26,11 @@ SHARED = {
                         "listed property that fails (its message matching REGEX) is an expected failure (xfail), "
                         "one that passes a strict failure (XPASS(strict)), one that fails differently an ordinary "
                         "failure; an unknown property or a malformed line is a usage error"),
+    "deviations": dict(default=None, metavar="NAME,...",
+                       help="declared deviations (SPEC section 11) added to the sampler's own, for a sampler one "
+                            "cannot edit: shipped names (empty_residual_token0, inverse_cdf_last_token, "
+                            "block_nan_prefix_resets) or module:attribute paths of Deviation records; the reference "
+                            "applies their rules and the summary counts the decisions each decided"),
     "baseline": dict(default=None, metavar="SPEC",
                      help="gate the sampler against a baseline version: module:attribute, a built-in name, or "
                           "git:<rev>[:module:attribute] (that revision of this repository, in a temporary git "

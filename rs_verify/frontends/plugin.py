@@ -71,7 +71,7 @@ def pytest_addoption(parser):
     options.add(group.addoption, options.ISOLATION, prefix="rs-")
     group.addoption("--rs-bundle-dir", default=DEFAULT_BUNDLE_DIR, metavar="DIR",
                     help=f"where failure bundles are written (default {DEFAULT_BUNDLE_DIR})")
-    options.add(group.addoption, ("redis", "xfails"), prefix="rs-")
+    options.add(group.addoption, ("redis", "xfails", "deviations"), prefix="rs-")
     baseline_gate.add_options(group)
 
 
@@ -119,6 +119,8 @@ class Gate:
         self.redis = opt("--rs-redis") or os.environ.get("RS_VERIFY_REDIS_URL") or None
         self.xfails_path = opt("--rs-xfails")
         self.xfails: dict = {}  # property -> xfails.Expected, read in pytest_configure
+        # SPEC 11: deviations added to the sampler's own (`NAME,...`)
+        self.deviations = [n.strip() for n in (opt("--rs-deviations") or "").split(",") if n.strip()]
         self._loaded: dict = {}
 
     def _load(self, spec: str, what: str, isolate: str = "off"):
@@ -140,7 +142,13 @@ class Gate:
         return obj
 
     def sampler(self):
-        return self._load(self.sampler_spec, "sampler (--rs-sampler)", self.isolate)
+        from ..harness.handle import with_deviations  # lazy: see the note at the top
+
+        obj = self._load(self.sampler_spec, "sampler (--rs-sampler)", self.isolate)
+        try:
+            return with_deviations(obj, self.deviations)
+        except ValueError as exc:
+            pytest.fail(f"rs-verify: --rs-deviations: {exc}", pytrace=False)
 
     def reference(self):
         # The oracle is the suite's own: it runs in the pytest process.
@@ -161,7 +169,8 @@ class Gate:
 
     def options(self) -> dict:
         """Recorded in failure bundles (the device actually used is added by the runner)."""
-        return {"profile": self.profile_name(), "runner": "pytest", "isolate": self.isolate, "timeout": self.timeout}
+        return {"profile": self.profile_name(), "runner": "pytest", "isolate": self.isolate, "timeout": self.timeout,
+                **({"deviations": self.deviations} if self.deviations else {})}
 
     def header(self) -> str:
         where = (f"isolated per {self.isolate} (timeout {self.timeout:g} s per call)" if self.isolate != "off"

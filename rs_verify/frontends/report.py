@@ -255,6 +255,9 @@ def markdown(meta: dict, records: list[dict], plots: list[dict], note: str | Non
                             [[r["property"], r["status"] + (" (self-check)" if r.get("self_check") else ""),
                               r["examples"], r["excused"], r["failures"], f"{r['seconds']:.1f}"] for r in records],
                             align="llrrrr")
+    if meta.get("exercised"):  # batches answered per feature; decisions per declared deviation (SPEC 11)
+        lines += ["", "## Exercised", ""]
+        lines += [f"- {md_cell(line)}" for line in meta["exercised"]]
     skipped_rows = [r for r in records if r["status"] == "skipped"]
     if skipped_rows:
         lines += ["", "## Skipped", ""]

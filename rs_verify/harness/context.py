@@ -53,18 +53,22 @@ class Context:
 
 def certifying_reference(reference, record: SamplerRecord | None):
     """`reference` bound to `record`'s stream family (and, for an explicit sampler, its `resample`,
-    SPEC 4; a step-mixed block seed, SPEC 3b): its `with_streams(family[, resample][, block_seed])`
-    when it offers one, else itself when it declares the same, else None."""
+    SPEC 4; a step-mixed block seed, SPEC 3b) and applying its declared deviations (SPEC 11): its
+    `with_streams(family[, resample][, block_seed][, deviations])` when it offers one, else itself when
+    it declares the same, else None."""
     if reference is None or record is None or record.family is None:
         return None
     kw = {} if record.resample == GUMBEL else {"resample": record.resample}
     if record.block_seed != PLAIN:
         kw["block_seed"] = record.block_seed
+    if record.deviations:
+        kw["deviations"] = record.applied
     bind = getattr(reference, "with_streams", None)
     if callable(bind):
         return bind(record.family, **kw)
     own = record_of(reference)
-    same = own.family is record.family and (own.resample, own.block_seed) == (record.resample, record.block_seed)
+    same = (own.family is record.family and (own.resample, own.block_seed) == (record.resample, record.block_seed)
+            and own.applied == record.applied)
     return reference if same else None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..contract.batch import EXERCISED, SpecBatch
-from .record import SamplerRecord, record_of
+from .record import DEVIATION_KEY, SamplerRecord, record_of
 
 
 class RemoteSampler:
@@ -50,8 +50,15 @@ class SamplerUnderTest:
 
     @property
     def sent(self) -> dict[str, int]:
-        """Answered calls whose batch exercised each of `EXERCISED` (only those with at least one)."""
-        return {k: self._tally[k] for k in EXERCISED if self._tally[k]}
+        """Answered calls whose batch exercised each of `EXERCISED`, and decisions each declared
+        deviation decided (`DEVIATION_KEY` + its name; SPEC 11), only those with at least one."""
+        keys = [*EXERCISED, *(DEVIATION_KEY + d.name for d in self.record.applied)]
+        return {k: self._tally[k] for k in keys if self._tally[k]}
+
+    def count_deviations(self, decided: dict[str, int]) -> None:
+        """Count the decisions each declared deviation decided (`{name: n}`, read from the traces of
+        the reference that certified the sampler's answers)."""
+        self._tally.update({DEVIATION_KEY + name: int(n) for name, n in decided.items() if n})
 
     @property
     def name(self) -> str:
@@ -84,3 +91,18 @@ class SamplerUnderTest:
 def as_sampler(obj) -> SamplerUnderTest:
     """`obj` as a `SamplerUnderTest` (itself when it is one)."""
     return obj if isinstance(obj, SamplerUnderTest) else SamplerUnderTest(obj)
+
+
+def parse_deviations(text: str | None) -> list[str]:
+    """The deviations a command line names (`NAME,...`: shipped names or `module:attribute` paths)."""
+    return [n.strip() for n in (text or "").split(",") if n.strip()]
+
+
+def with_deviations(sampler, names) -> SamplerUnderTest:
+    """`sampler` declaring the deviations `names` too (SPEC 11: a user names them on the command line
+    for a sampler they cannot edit); the sampler itself when `names` is empty. `DeclarationError`
+    (a ValueError) for an unknown name or two deviations ruling one edge."""
+    if not names:
+        return sampler
+    handle = as_sampler(sampler)
+    return SamplerUnderTest(handle.obj, handle.record.replace(deviations=handle.record.deviations | set(names)))

@@ -15,7 +15,9 @@ family whose record offers it],
 `supports_chunking` [False], `supports_logprobs` [True], `draft_modes` [{"model", "one_hot"}],
 `logits_dtypes` [all three], `min_spec_steps` [0], `verification_methods` [{"token"}],
 `sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
-[absent], `block_v` [None: the sampler's vocabulary block, when it has one]. The record also
+[absent], `block_v` [None: the sampler's vocabulary block, when it has one], `deviations` [{}:
+SPEC 11's declared deviations, names of shipped ones or `Deviation` records or their paths; a
+front end adds those named on its command line with `replace`]. The record also
 says when the suite itself runs the sampler's Triton code through the interpreter: such a
 sampler is treated as interpreted (too slow for the distribution campaigns) without saying so.
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field, fields
 
 from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 from ..contract import methods
+from ..contract import deviations as known_deviations
 from ..contract import streams as stream_families
 from ..contract.explicit import GUMBEL, RESAMPLE
 from ..contract.triton_philox import TRITON_PHILOX
@@ -35,6 +38,8 @@ from . import device
 
 EXERCISED_NAMES = {**{m.name: m.titled for m in methods.OFFERED}, "min_p": "min-p (SPEC section 2)",
                    "top_k": "top-k (SPEC section 2)", "top_p": "top-p (SPEC section 2)"}
+#: `sent` tallies count the decisions each declared deviation decided under this prefix and its name.
+DEVIATION_KEY = "deviation:"
 DECLARED_INTERPRETED = "declared"
 SUITE_INTERPRETED = "the suite runs its Triton kernels through the interpreter (no usable CUDA device)"
 
@@ -65,6 +70,7 @@ class SamplerRecord:
     memory_stats: bool = False
     has_unvalidated: bool = False
     block_v: int | None = None
+    deviations: frozenset = frozenset()  # SPEC 11: names of shipped deviations, or Deviation records
 
     def __post_init__(self):
         who = f"sampler {self.name}"
@@ -98,11 +104,17 @@ class SamplerRecord:
         k = self.min_spec_steps
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
+        object.__setattr__(self, "deviations", _deviation_declaration(who, self.deviations))
         b = self.block_v
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
             object.__setattr__(self, "block_v", None)  # not a vocabulary block the strategies can use
 
     # -- what the suite draws and reports ---------------------------------------------
+
+    @property
+    def applied(self) -> known_deviations.Applied:
+        """The declared deviations as the reference and the output rules apply them (SPEC 11)."""
+        return known_deviations.applied(self.deviations)
 
     @property
     def family(self) -> stream_families.StreamFamily | None:
@@ -200,6 +212,12 @@ class SamplerRecord:
                            f"propert{'y' if props == 1 else 'ies'}")
             else:
                 out.append(f"{EXERCISED_NAMES[what]}: declared, but no batch with it was answered in this run")
+        for dev in self.applied:
+            decided = sum(int(t.get(DEVIATION_KEY + dev.name, 0)) for t in sent)
+            props = sum(1 for t in sent if t.get(DEVIATION_KEY + dev.name))
+            out.append(f"deviation {dev.name} (SPEC section 11, replaces section {dev.section}): "
+                       + (f"{decided} decisions decided by its rule, in {props} propert{'y' if props == 1 else 'ies'}"
+                          if decided else "declared, but never reached in this run"))
         return out
 
     # -- crossing a process boundary ----------------------------------------------------
@@ -208,7 +226,7 @@ class SamplerRecord:
         """Plain values only (sets as sorted lists): what an isolated sampler's child sends."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         for f in fields(self):
-            if isinstance(out[f.name], frozenset):
+            if isinstance(out[f.name], frozenset) and f.name != "deviations":
                 out[f.name] = sorted(out[f.name])
         if isinstance(self.streams, stream_families.StreamFamily):  # travels by its module:attribute path
             path = stream_families.family_path(self.streams)
@@ -218,6 +236,7 @@ class SamplerRecord:
                     "attribute holds it, so it cannot cross a process boundary: define it at module level (or "
                     "register it with rs_verify.contract.streams.register)")
             out["streams"] = path
+        out["deviations"] = sorted(_deviation_path(self.name, d) for d in self.deviations)
         return out
 
     @classmethod
@@ -227,6 +246,28 @@ class SamplerRecord:
 
     def replace(self, **changes) -> "SamplerRecord":
         return type(self)(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
+
+
+def _deviation_declaration(who: str, declared) -> frozenset:
+    """A frozenset of shipped deviations' names and unregistered `Deviation` records (SPEC 11)."""
+    if isinstance(declared, (str, known_deviations.Deviation)) or not isinstance(declared, (set, frozenset, list, tuple)):
+        raise DeclarationError(f"{who}: deviations must be a set of deviation names or Deviation records "
+                               f"(SPEC section 11), not {declared!r}")
+    try:
+        records = known_deviations.applied(list(declared)).records
+    except (KeyError, ImportError, AttributeError, ValueError) as exc:
+        raise DeclarationError(f"{who}: deviations {sorted(map(str, declared))}: {exc}") from exc
+    return frozenset(d.name if known_deviations.registered(d) else d for d in records)
+
+
+def _deviation_path(who: str, declared) -> str:
+    if isinstance(declared, str):
+        return declared
+    path = known_deviations.deviation_path(declared)
+    if path is None:
+        raise DeclarationError(f"sampler {who}: its deviation {declared.name!r} is not registered and no module "
+                               "attribute holds it, so it cannot cross a process boundary: define it at module level")
+    return path
 
 
 def _stream_declaration(who: str, declared):
@@ -284,6 +325,7 @@ def record_of(sampler) -> SamplerRecord:
         memory_stats=bool(_declared(sampler, "memory_stats", False)),
         has_unvalidated=callable(getattr(sampler, "unvalidated", None)),
         block_v=block_v if isinstance(block_v, int) and not isinstance(block_v, bool) else None,
+        deviations=_declared(sampler, "deviations", frozenset()),
     )
 
 

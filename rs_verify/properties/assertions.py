@@ -10,7 +10,7 @@ from ..harness import guards
 from ..harness.failure import PropertyFailure
 from ..harness.handle import as_sampler
 from ..contract.batch import SamplerOutput, SpecBatch
-from .output_rules import check_output_invariants, checked_here
+from .output_rules import check_output_invariants, checked_here, undeclared_hint
 
 
 def request_view(out: SamplerOutput, batch: SpecBatch, r: int) -> dict:
@@ -101,10 +101,12 @@ def call_with_report(sampler, batch: SpecBatch, *, reseed: int | None = None, ch
             got = f"{type(arr).__name__} {getattr(arr, 'dtype', '?')} {getattr(arr, 'shape', '?')}"
             raise PropertyFailure(f"output {name}: expected {np.dtype(dtype)} {shape}, got {got}", batch=batch)
     if check and checked_here(batch):
+        declared = as_sampler(sampler).record.applied  # SPEC 11: the declared rules replace the SPEC's
         try:
-            check_output_invariants(batch, out)
+            check_output_invariants(batch, out, declared)
         except PropertyFailure as exc:
-            raise PropertyFailure(f"{sampler_name(sampler)}'s output breaks SPEC sections 4-6: {exc}", batch=batch,
+            raise PropertyFailure(f"{sampler_name(sampler)}'s output breaks SPEC sections 4-6: {exc}"
+                                  f"{undeclared_hint(batch, out, declared)}", batch=batch,
                                   details=exc.details) from None
     return out, report
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..contract import probs
+from ..contract.deviations import shipped as shipped_deviations
 from ..contract.masks import batch_masks
+from ..harness.context import certifying_reference
+from ..harness.record import DeclarationError
 from .assertions import call, event
 from .decisions import (  # noqa: F401  (re-exported: the comparison's public names)
     DEFAULT_EPS,
@@ -20,6 +23,7 @@ from .decisions import (  # noqa: F401  (re-exported: the comparison's public na
     Comparison,
     Divergence,
     compare_decisions,
+    deviation_tally,
     mask_near_ties,
 )
 from .registry import PropertyFailure, register
@@ -119,6 +123,26 @@ def certify(cmp: Comparison, *, batch, note: str = "") -> None:
             batch=batch, details={"divergences": [vars(d) for d in excused], "stochastic": cmp.stochastic})
 
 
+def undeclared_deviation(ctx, batch, out) -> str:
+    """`"; looks like `NAME`; ..."` when the reference applying a shipped deviation the sampler does not
+    declare (SPEC 11) certifies `out` on `batch`, else `""`."""
+    rec = ctx.record
+    for cand in shipped_deviations():
+        if cand.name in rec.deviations:
+            continue
+        try:
+            oracle = certifying_reference(ctx.reference, rec.replace(deviations=rec.deviations | {cand.name}))
+        except DeclarationError:  # it rules an edge a declared one rules
+            continue
+        if oracle is None:
+            continue
+        _, traces = oracle.verify_with_trace(batch)
+        cmp = compare_decisions(batch, out, traces, reference=oracle)
+        if not cmp.failed and len(cmp.excused) <= cmp.excuse_cap:
+            return f"\nlooks like `{cand.name}` (SPEC section 11: {cand.doc}); declare it if it is known"
+    return ""
+
+
 @register("certified_equivalence", "certification", strategy=certifiable_batches,
           needs=("certifiable_streams", "reference"),
           examples_scale=1.5, cost=150,
@@ -131,11 +155,16 @@ def certified_equivalence(ctx, drawn) -> None:
     with reported_on(drawn):  # the output rules (SPEC 4-6) fail at the call
         out = call(ctx.sampler, batch)
     cmp = compare_decisions(batch, out, traces, reference=oracle)
+    ctx.sampler.count_deviations(deviation_tally(traces))  # SPEC 11: what each declared rule decided
     n_excused = len(cmp.excused)
     event(f"excused divergences: {min(n_excused, 3)}{'+' if n_excused >= 3 else ''}")
     ctx.count("excused", n_excused)
     ctx.count("stochastic_decisions", cmp.stochastic)
-    certify(cmp, batch=drawn, note=copies_note(drawn))
+    try:
+        certify(cmp, batch=drawn, note=copies_note(drawn))
+    except PropertyFailure as exc:
+        raise PropertyFailure(f"{exc}{undeclared_deviation(ctx, batch, out)}", batch=exc.batch,
+                              details=exc.details) from None
     # A request with a mask near-tie may hold logprobs of the other mask (within tolerance): not compared.
     skip = {d.request for d in cmp.divergences} | {t.request for t in traces if mask_near_ties(t, batch.num_logits,
                                                                                                 DEFAULT_EPS)}

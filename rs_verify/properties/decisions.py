@@ -205,6 +205,18 @@ def _stochastic_compared(trace, last_step: int, greedy: bool) -> int:
     return sum(1 for d in trace.decisions if d.kind not in ("residual", "mask") and d.step <= last_step)
 
 
+def deviation_tally(traces) -> dict[str, int]:
+    """`{deviation name: decisions}`: the reference's decisions that a declared deviation's rule decided
+    (SPEC 11; `Decision.deviation`), over the given traces."""
+    out: dict[str, int] = {}
+    for trace in traces:
+        for d in trace.decisions:
+            name = getattr(d, "deviation", "")
+            if name:
+                out[name] = out.get(name, 0) + 1
+    return out
+
+
 def mask_near_ties(trace, last_step: int, eps: float) -> list:
     """The mask decisions of the trace, on steps up to `last_step`, that a float32 sampler may decide
     the other way (`|margin| <= eps * L`), the closest first. An exact tie of min-p or top-k (margin 0:
@@ -303,6 +315,10 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
             scope = len(drafts) if block else div.step
             div = _mask_excusal(batch, out, r, trace, scope, eps, reference) or div
         if div is not None:
+            ruled = sorted({d.deviation for d in trace.decisions if getattr(d, "deviation", "") and d.step <= div.step})
+            if ruled and not div.excused:  # SPEC 11: the reference applied a declared rule on the way
+                div.note += (f"; the reference applied the declared deviation {', '.join(ruled)} at or before this "
+                             "step (a sampler that does not have it diverges on its edge)")
             result.divergences.append(div)
         result.stochastic += _stochastic_compared(trace, last if div is not None else len(drafts), greedy)
     return result

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..contract import probs
 from .assertions import call, event
-from .output_rules import check_output_invariants, fail_request
+from ..harness.failure import PropertyFailure
+from .output_rules import check_output_invariants, fail_request, undeclared_hint
 from .registry import register
 from .certification import REPLICAS
 from .inputs import decision_rich
@@ -23,8 +24,14 @@ from .transforms import reported_on, reseeded_copies
 def output_invariants(ctx, drawn) -> None:
     """Tokens in [0, V') with p > 0, accepted prefix equals the drafts, -1 padding, num_sampled bounds."""
     batch = reseeded_copies(drawn, REPLICAS, seed=int(drawn.num_logits))
+    declared = ctx.record.applied  # SPEC 11: the declared deviations' rules replace the SPEC's
     with reported_on(drawn):
-        check_output_invariants(batch, call(ctx.sampler, batch, check=False))
+        out = call(ctx.sampler, batch, check=False)
+        try:
+            check_output_invariants(batch, out, declared)
+        except PropertyFailure as exc:
+            raise PropertyFailure(f"{exc}{undeclared_hint(batch, out, declared)}", batch=exc.batch,
+                                  details=exc.details) from None
 
 
 @register("greedy_chain", "invariants", strategy=decision_rich, cost=80,

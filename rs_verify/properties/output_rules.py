@@ -4,7 +4,8 @@
 `check_output_invariants(batch, out)` raises `PropertyFailure` for the first broken rule: `num_sampled`
 bounds and `-1` padding, tokens in `[0, V')` with `p > 0` and not clearly masked (SPEC 2), the
 accepted tokens a prefix of the drafts, the token after a rejection inside the residual, and the
-logprobs' `cu_num_generated_tokens`. `assertions.call` runs it on every output of a valid batch
+logprobs' `cu_num_generated_tokens`. A sampler's declared deviations (SPEC 11) replace the rules they cover:
+`rs_verify.properties.deviation_rules` says which emitted tokens a declared rule explains. `assertions.call` runs it on every output of a valid batch
 that is small enough to check at little cost (`checked_here`), so every property that calls the
 sampler also holds its answers to these rules; `output_invariants` is the property that draws
 batches for them alone.
@@ -17,7 +18,9 @@ import numpy as np
 from ..harness.failure import PropertyFailure
 from ..contract import methods, probs
 from ..contract.block import block_quantities
+from ..contract.deviations import Applied, applied, shipped
 from ..contract.masks import batch_masks
+from .deviation_rules import DeviationView
 
 # Outputs of larger batches (the distribution campaigns' hundreds of thousands of requests) are
 # not checked at the call: the check is a Python loop over requests and float64 probabilities of
@@ -72,9 +75,11 @@ def step_facts(batch, r, i, p, q) -> str:
             f"residual mass sum max(p - q, 0) = {mass:.6g}" + (" (empty: falls back to p)" if mass == 0 else ""))
 
 
-def check_output_invariants(batch, out) -> None:
+def check_output_invariants(batch, out, deviations=None) -> None:
     """Raise PropertyFailure unless `out` meets every SPEC section 4-5 invariant on `batch` (and section 6's
-    `cu_num_generated_tokens`)."""
+    `cu_num_generated_tokens`), with the rules of the declared `deviations` (SPEC 11; names, records or
+    an `Applied`) in place of those they replace."""
+    dev = applied(deviations)
     v = batch.effective_vocab_size
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     p = probs.target_probs(batch)
@@ -82,6 +87,7 @@ def check_output_invariants(batch, out) -> None:
     temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
     masked = _clearly_masked(batch)
     block = batch.verification == methods.BLOCK.name
+    view = DeviationView(batch, dev, p, q) if dev else None
     for r in range(batch.num_reqs):
         n_r = int(cu[r + 1] - cu[r] - 1)
         m = int(out.num_sampled[r])
@@ -101,19 +107,39 @@ def check_output_invariants(batch, out) -> None:
             i = int(np.flatnonzero(tokens[: m - 1] != drafts[: m - 1])[0])
             fail_request(batch, r, f"accepted tokens are not a prefix of the drafts: step {i} emitted {tokens[i]} "
                             f"and later steps followed; {step_facts(batch, r, i, p, q)}", step=i)
+        last = m - 1
+        stochastic_rejection = last < n_r and temps[r] > 0
+        scale = (_block_scale(batch, r, last, p, q, view) if block else 1.0) if stochastic_rejection else 1.0
+        # The steps whose token a declared deviation's rule explains (SPEC 11): not held to the SPEC's rules.
+        ruled = view.explained(r, tokens, drafts, scale, bool(temps[r] > 0), block) if view is not None else {}
         for i, t in enumerate(tokens):
             j = int(cu[r] + i)
+            if i in ruled:
+                continue
             if not np.isfinite(batch.target_logits[j, t]):  # p > 0 exactly when the logit is finite
                 fail_request(batch, r, f"step {i} emitted token {t} with p = 0 (logit {batch.target_logits[j, t]}); "
                                 f"{step_facts(batch, r, i, p, q)}", step=i)
             if masked is not None and masked[0][j, t]:
                 fail_request(batch, r, f"step {i} emitted token {t}, which {masked[1][j][t]} masks (SPEC section 2); "
                                 f"{step_facts(batch, r, i, p, q)}", step=i)
-        last = m - 1
-        if last < n_r and temps[r] > 0:  # a rejection at step `last`: check the residual
-            scale = _block_scale(batch, r, last, p, q) if block else 1.0
+        if stochastic_rejection and last not in ruled:  # a rejection at step `last`: check the residual
             _check_resample(batch, r, last, int(tokens[last]), int(drafts[last]), p, q, scale)
     check_cu_num_generated_tokens(batch, out)
+
+
+def undeclared_hint(batch, out, deviations=None) -> str:
+    """`"; looks like `NAME`; ..."` when the output meets the rules once a shipped deviation the sampler
+    does not declare is added to `deviations` (SPEC 11), else `""`: a failure says what it resembles."""
+    dev = applied(deviations)
+    for cand in shipped():
+        if cand in dev.records:
+            continue
+        try:
+            check_output_invariants(batch, out, Applied([*dev.records, cand]))
+        except (ValueError, PropertyFailure):  # ValueError: it rules an edge a declared one rules
+            continue
+        return f"; looks like `{cand.name}` (SPEC section 11: {cand.doc}); declare it if it is known"
+    return ""
 
 
 def check_cu_num_generated_tokens(batch, out) -> None:
@@ -156,10 +182,13 @@ def _check_resample(batch, r, i, token, draft, p, q, scale: float = 1.0) -> None
                         f"outside the residual {what}; {step_facts(batch, r, i, p, q)}", step=i)
 
 
-def _block_scale(batch, r, tau, p, q) -> float:
-    """`P_{tau-1}` of block request `r` (SPEC section 4b; 1 for `tau = 0`)."""
+def _block_scale(batch, r, tau, p, q, view=None) -> float:
+    """`P_{tau-1}` of block request `r` (SPEC section 4b; 1 for `tau = 0`), with a declared deviation's
+    rule for a NaN prefix ratio (SPEC 11) when `view` has one."""
     if tau == 0:
         return 1.0
+    if view is not None and view.nan_rule is not None:
+        return view.block_scale(r, tau)
     lo, n = int(batch.cu_num_logits[r]), len(batch.draft_tokens(r))
     qr = None if q is None else q[lo : lo + n][None]
     res = block_quantities(p[lo : lo + n + 1][None], qr, batch.draft_tokens(r)[None], np.array([n]))
