@@ -8,9 +8,11 @@ that every lossy mode arrives at its default. `DraftLogitsCache` below has 0.34.
 and fields; the adapter finds it among the wrapped function's globals, as it finds vLLM's.
 """
 
+import json
 import os
 import sys
 import types
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ import triton.language.extra.libdevice as libdevice
 
 from rs_verify.adapters import vllm_convention
 from rs_verify.adapters.vllm import VllmFp64Sampler, VllmSampler
+from rs_verify.adapters.vllm_chunks import VllmChunkedSampler
 from rs_verify.adapters.vllm_probe import block_predictions, block_probe_batch
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.streams import FAMILIES
@@ -209,6 +212,22 @@ def test_without_validation_the_layout_is_still_checked():
         sampler(batch.replace(cu_num_logits=np.array([0, 4, 3], np.int32)))
     with pytest.raises(ValueError, match="target_logits"):
         sampler(batch.replace(target_logits=np.zeros((6, 2, 16), np.float32)))
+
+
+def test_the_chunk_loop_adapter_says_what_it_needs(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm...` now raises ImportError
+    with pytest.raises(ImportError, match="needs vLLM with the model runner v2 rejection sampler"):
+        VllmChunkedSampler()
+
+
+def test_each_release_has_its_packages_pinned():
+    """`releases.json`: per release, the pinned packages it imports besides its wheel, and its environment."""
+    table = json.loads(resources.files("rs_verify.adapters").joinpath("releases.json").read_text())
+    assert set(table) == {"vllm==0.33.0", "vllm==0.34.0"}
+    for entry in table.values():
+        assert entry["env"] == {"CUDA_VISIBLE_DEVICES": ""}
+        assert all(p.count("==") == 1 for p in entry["pure_python"])
+        assert {"pydantic", "transformers", "openai-harmony"} <= {p.split("==")[0] for p in entry["pure_python"]}
 
 
 def test_the_environment_a_release_needs_is_set_by_the_adapter(monkeypatch):
