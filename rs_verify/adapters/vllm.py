@@ -1,15 +1,21 @@
 """vLLM's model runner v2 (MRV2) rejection sampler under the SPEC section 10 protocol.
 
     pytest -p rs_verify --rs-sampler=rs_verify.adapters.vllm:VllmSampler
+    pytest -p rs_verify --rs-sampler=rs_verify.adapters.vllm:VllmFp64Sampler   # use_fp64=True
 
-`VllmSampler` wraps `rejection_sample` from an installed vllm (`VLLM_MODULE`); no vLLM code
-lives in this repository and vllm is imported only when a `VllmSampler` is built. The calling
-convention, read from vLLM's source (`vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py`)
-and passed by parameter name (a parameter the adapter does not know fails at construction):
+`VllmSampler` wraps `rejection_sample` from an installed vllm (`vllm_convention.VLLM_MODULE`);
+no vLLM code lives in this repository and vllm is imported only when a `VllmSampler` is built,
+after the environment a release needs on a CPU is set (`vllm_convention`: `CUDA_VISIBLE_DEVICES`
+empty, a `log1p` under Triton's interpreter). Every parameter of the wrapped function is passed by
+name under one rule (`vllm_convention.PARAMETERS`): the batch's inputs, the switches the adapter
+sets deliberately, the lossy modes it never enables; any other parameter fails at construction.
+The calling convention, read from vLLM 0.33.0's and 0.34.0's
+`vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py`:
 
     rejection_sample(
         target_logits,          # float32 [N, V]: processed logits (SPEC 2), stride(-1) == 1
-        draft_logits,           # [S, K, Vd] draft logits (processed or raw, below), or None (one-hot drafts)
+        draft_logits,           # [S, K, Vd] draft logits, or None (one-hot drafts); before 0.34.0
+        draft_logits_cache,     # from 0.34.0 on: a DraftLogitsCache holding them (replicated rows)
         draft_sampled,          # int64 [N]: row j verifies draft_sampled[j + 1] (SpecBatch.draft_token_ids)
         cu_num_logits,          # int32 [R + 1]
         pos,                    # int64 [N]
@@ -19,47 +25,42 @@ and passed by parameter name (a parameter the adapter does not know fails at con
         temperature,            # float32 [S]
         seed,                   # int64 [S]
         num_speculative_steps,  # int K
-        use_block_verification, # bool, optional (vLLM #46781): SPEC 4b for the whole batch
+        use_fp64,               # optional: the "murmur3-fp64" noise (SPEC 3b), from the declared family
+        use_block_verification, # optional (vLLM #46781): SPEC 4b for the whole batch
+        skip_masked_vocab_blocks,  # optional (0.34.0): the adapter's option of that name
+        synthetic_conditional_rates, fly_window_size, contexts, watermarking, watermark_key,  # lossy: never
     ) -> (sampled int64 [R, K + 1], num_sampled int32 [R])
 
 What the adapter does in vLLM's place:
 - Processed logits (SPEC section 2): vLLM passes `Sampler.apply_sampling_params(logits)`; the
   adapter computes `z = fp32(x) / T` with IEEE division (torch `/`), `T = 1` for greedy states,
-  for the target rows, from logits held in the batch's `logits_dtype`. (vLLM's own temperature
-  kernel may round differently, and it also applies top-k / top-p / penalties, which the SPEC
-  does not have.)
-- Draft logits as vLLM's model runner hands them (`draft_logits`): `"processed"` (before vLLM
-  PR 50910) divided by `T` the same way, in float32; `"raw"` (from PR 50910 on, which caches
-  them before temperature and divides inside the rejection kernels) as the batch holds them,
-  in its `logits_dtype`.
+  for the target rows, from logits held in the batch's `logits_dtype`.
+- Draft logits as vLLM's model runner hands them: `"processed"` (before vLLM PR 50910) divided
+  by `T` the same way, in float32; `"raw"` (from PR 50910 on) as the batch holds them.
 - `expanded_idx_mapping` / `expanded_local_pos` as vLLM's `expand_idx_mapping` builds them.
 - Every input is a freshly allocated C-contiguous tensor, so empty ones (`K = 0`) have
   ordinary strides too.
 - `sampled` past `num_sampled[r]` is whatever vLLM left there (`new_empty`): set to -1 (SPEC 5).
-- Block batches (SPEC 4b) pass `use_block_verification=True`, token batches `False`; the adapter
-  declares `verification_methods = {"token", "block"}` only when the wrapped function takes that
-  parameter (`{"token"}` otherwise, and a block batch is refused).
+- Without validation (`unvalidated()`) the batch's layout is still checked
+  (`contract.validation.check_layout`): the adapter's own code indexes by `cu_num_logits`,
+  `idx_mapping` and the shapes.
 
-Declared capabilities (SPEC section 10): no logprobs (`supports_logprobs = False`: vLLM computes
-them outside `rejection_sample`, and logprobs made here would test the adapter), no internal
-chunking (vLLM chunks in `RejectionSampler._verify_in_chunks`; the suite chunks from outside),
-`streams` = `"triton-philox"` (SPEC 3a, before vLLM PR 51367) or `"murmur3"` (3b, from it on),
-every draft mode and logits dtype, no sampling parameters (`sampling_params` is empty: vLLM
-applies top-k / top-p / min-p in `Sampler.apply_sampling_params`, outside `rejection_sample`;
-docs/vllm.md says what gating that would take). On a machine without CUDA the kernels run under
-Triton's interpreter (`interpreted = True`).
+Declared capabilities (SPEC section 10): no logprobs and no internal chunking (vLLM computes
+both in `RejectionSampler`, outside `rejection_sample`: `rs_verify.adapters.vllm_chunks` drives
+that loop), `streams` = `"triton-philox"` (SPEC 3a, before vLLM PR 51367), `"murmur3"` (3b, from
+it on) or `"murmur3-fp64"` (`use_fp64=True`), `block_seed` = `"plain"` or `"step"` (vLLM 0.33.0
+on), every draft mode and logits dtype, no sampling parameters, the deviations of SPEC 11 vLLM
+MRV2 carries (`DEVIATIONS`). On a machine without CUDA the kernels run under Triton's interpreter
+(`interpreted = True`).
 
-Which stream family and draft-logit convention the wrapped function has is not in its signature:
-building the sampler asks it, with one call on a four-row probe batch whose output differs under
-each combination (`rs_verify.adapters.vllm_probe`); `streams=` and `draft_logits=` given to the
-constructor are taken as known and not asked.
+Which stream family, draft-logit convention and block seed the wrapped function has is not in
+its signature: building the sampler asks it (`rs_verify.adapters.vllm_probe`); `streams=`,
+`draft_logits=` and `block_seed=` given to the constructor are taken as known and not asked.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import sys
 
 import numpy as np
@@ -69,44 +70,16 @@ from ..contract import methods
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..contract.streams import StreamFamily, family as family_of, registered
-from ..contract.validation import validate as validate_batch
-from . import vllm_probe
-from .vllm_probe import DRAFT_LOGITS, RAW
+from ..contract.validation import check_layout, validate as validate_batch
+from . import vllm_convention, vllm_probe
+from .vllm_probe import BLOCK_SEEDS, DRAFT_LOGITS, RAW
 import torch
 
-VLLM_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
-# The parameters the adapter supplies, by the names vLLM's `rejection_sample` uses.
-KNOWN_PARAMETERS = ("target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
-                    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps",
-                    "use_block_verification")
-BLOCK_PARAMETER = "use_block_verification"
-
-
-def load_vllm_rejection_sample():
-    """vLLM's MRV2 `rejection_sample`, or an ImportError that says what is missing."""
-    try:
-        module = importlib.import_module(VLLM_MODULE)
-    except ImportError as exc:
-        raise ImportError(
-            f"rs_verify.adapters.vllm needs vLLM with the model runner v2 rejection sampler "
-            f"({VLLM_MODULE}.rejection_sample), which could not be imported: {exc}. Install vllm "
-            f"(on a GPU runner), or pass rejection_sample= a function with the same calling convention."
-        ) from exc
-    fn = getattr(module, "rejection_sample", None)
-    if fn is None:
-        raise ImportError(f"{VLLM_MODULE} has no rejection_sample: this vllm version predates or renamed it")
-    return fn
-
-
-def bind_convention(fn) -> list[str]:
-    """The parameters of `fn` the adapter will pass; TypeError if `fn` requires one it does not know."""
-    params = inspect.signature(fn).parameters.values()
-    unknown = [p.name for p in params if p.name not in KNOWN_PARAMETERS and p.default is inspect.Parameter.empty
-               and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    if unknown:
-        raise TypeError(f"{getattr(fn, '__qualname__', fn)} requires parameters {unknown} that the vLLM adapter "
-                        f"does not supply (it knows {list(KNOWN_PARAMETERS)}): the calling convention changed")
-    return [p.name for p in params if p.name in KNOWN_PARAMETERS]
+FP64 = "murmur3-fp64"  # the stream family of use_fp64=True (SPEC 3b)
+# SPEC 11, measured on vLLM 0.33.0 and 0.34.0 (docs/vllm.md): token 0 from an empty residual;
+# with block verification, a NaN prefix ratio reset to 1 by min(NaN, 0) = 0.
+DEVIATIONS = frozenset({"empty_residual_token0"})
+BLOCK_DEVIATIONS = frozenset({"block_nan_prefix_resets"})
 
 
 class VllmSampler:
@@ -114,11 +87,18 @@ class VllmSampler:
 
     - rejection_sample: the function to wrap (default: imported from vllm when the sampler is built).
     - device: torch device; None picks "cuda" when available, else "cpu" (Triton's interpreter).
-    - validate: run `rs_verify.validate` before any device work (`unvalidated()` turns it off).
-    - streams: the stream family the function draws (`"triton-philox"`, `"murmur3"`, or another
-      family's name or record); None: asked by the probe.
-    - draft_logits: `"processed"` (the function takes draft logits divided by the temperature) or
-      `"raw"` (before temperature, in the logits' dtype; it divides); None: asked by the probe.
+    - validate: run `rs_verify.validate` before any device work (`unvalidated()`: the layout only).
+    - streams: the stream family the function draws (`"triton-philox"`, `"murmur3"`,
+      `"murmur3-fp64"`, or another family's name or record); None: asked by the probe.
+    - use_fp64: pass `use_fp64=True` (vLLM's float64 noise), declaring `streams = "murmur3-fp64"`.
+    - draft_logits: `"processed"` or `"raw"` (vllm_probe); None: asked by the probe.
+    - block_seed: `"plain"` or `"step"` (`seed ^ (i << 32)`, vLLM 0.33.0 on); None: asked by the
+      probe where the function verifies blocks.
+    - skip_masked_vocab_blocks: the value of vLLM 0.34.0's parameter of that name (vLLM sets it
+      when a request may mask logits: top-k / top-p); refused where the function lacks it.
+    - allow_defaults: optional parameters the adapter does not know, named harmless at their
+      defaults by the user (vllm_convention).
+    - options: a lossy mode (`fly_window_size=`, ...) is refused by name (vllm_convention.LOSSY).
     """
 
     name = "vllm-mrv2"
@@ -130,20 +110,36 @@ class VllmSampler:
     sampling_params = frozenset()  # vLLM applies them before rejection_sample (docs/vllm.md)
 
     def __init__(self, *, rejection_sample=None, device=None, validate: bool = True,
-                 streams: str | StreamFamily | None = None, draft_logits: str | None = None):
-
+                 streams: str | StreamFamily | None = None, draft_logits: str | None = None,
+                 block_seed: str | None = None, use_fp64: bool = False, skip_masked_vocab_blocks: bool = False,
+                 allow_defaults=(), **options):
+        vllm_convention.refuse_lossy(options)
         if "triton" not in sys.modules:  # vLLM's kernels are Triton code: the suite's backend choice first
             backend.resolve()
         self.device = torch.device(("cpu" if backend.interpreted() else "cuda") if device is None else device)
         self.interpreted = self.device.type != "cuda"
-        self.rejection_sample = load_vllm_rejection_sample() if rejection_sample is None else rejection_sample
-        self.parameters = bind_convention(self.rejection_sample)
-        offered = (methods.BLOCK,) if BLOCK_PARAMETER in self.parameters else ()
+        self.rejection_sample = (vllm_convention.load_rejection_sample(self.interpreted)
+                                 if rejection_sample is None else rejection_sample)
+        self.allow_defaults = tuple(allow_defaults)
+        self.parameters = vllm_convention.bind(self.rejection_sample, self.allow_defaults)
+        offered = (methods.BLOCK,) if "use_block_verification" in self.parameters else ()
         self.verification_methods = frozenset(m.name for m in (methods.TOKEN, *offered))
+        self.deviations = DEVIATIONS | (BLOCK_DEVIATIONS if offered else frozenset())
         self.validate = bool(validate)
+        self.use_fp64 = bool(use_fp64) or (streams is not None and _name(streams) == FP64)
+        if self.use_fp64 and streams is not None and _name(streams) != FP64:
+            raise ValueError(f"use_fp64=True draws the {FP64!r} stream family, not {_name(streams)!r}")
+        for flag, on in (("use_fp64", self.use_fp64), ("skip_masked_vocab_blocks", skip_masked_vocab_blocks)):
+            if on and flag not in self.parameters:
+                raise ValueError(f"{flag}: {self._function_name()} has no parameter {flag} (this vLLM predates it)")
+        self.skip_masked_vocab_blocks = bool(skip_masked_vocab_blocks)
+        streams = FP64 if self.use_fp64 else streams
         if draft_logits is not None and draft_logits not in DRAFT_LOGITS:
             raise ValueError(f"draft_logits must be one of {list(DRAFT_LOGITS)} or None (asked by the probe), "
                              f"not {draft_logits!r}")
+        if block_seed is not None and block_seed not in BLOCK_SEEDS:
+            raise ValueError(f"block_seed must be one of {list(BLOCK_SEEDS)} or None (asked by the probe), "
+                             f"not {block_seed!r}")
         self.draft_logits = draft_logits  # None while the probe asks (its calls hand drafts raw)
         if streams is None or draft_logits is None:
             found, draft_logits = vllm_probe.detect(self._probe_run, streams=streams, draft_logits=draft_logits)
@@ -151,6 +147,9 @@ class VllmSampler:
             found = family_of(streams)
         self.streams = found.name if registered(found) else found  # the declaration (SPEC section 10)
         self.draft_logits = draft_logits
+        if block_seed is None and offered:
+            block_seed = vllm_probe.detect_block_seed(self._probe_run)
+        self.block_seed = block_seed or "plain"
 
     def _probe_run(self, batch: SpecBatch) -> SamplerOutput:
         """The wrapped function's output for the probe's batch, its draft logits handed raw."""
@@ -164,15 +163,16 @@ class VllmSampler:
     def unvalidated(self) -> "VllmSampler":
         """The same sampler with validation off (SPEC section 9: the kernels must stay in bounds)."""
         return type(self)(rejection_sample=self.rejection_sample, device=self.device, validate=False,
-                          streams=self.streams, draft_logits=self.draft_logits)
+                          streams=self.streams, draft_logits=self.draft_logits, block_seed=self.block_seed,
+                          skip_masked_vocab_blocks=self.skip_masked_vocab_blocks, allow_defaults=self.allow_defaults)
 
     def _function_name(self) -> str:
         return getattr(self.rejection_sample, "__module__", "?") + "." + getattr(self.rejection_sample, "__name__", "?")
 
     def __repr__(self) -> str:
-        streams = self.streams if isinstance(self.streams, str) else self.streams.name
-        return (f"VllmSampler(rejection_sample={self._function_name()}, device={str(self.device)!r}, "
-                f"validate={self.validate}, streams={streams!r}, draft_logits={self.draft_logits!r})")
+        return (f"{type(self).__name__}(rejection_sample={self._function_name()}, device={str(self.device)!r}, "
+                f"validate={self.validate}, streams={_name(self.streams)!r}, draft_logits={self.draft_logits!r}, "
+                f"block_seed={self.block_seed!r})")
 
     def arguments(self, batch: SpecBatch, *, draft_logits: str | None = None) -> dict:
         """The keyword arguments of the wrapped function for `batch` (device tensors, vLLM's layout);
@@ -215,18 +215,21 @@ class VllmSampler:
             temperature=temperature, seed=tensor(batch.seeds, torch.int64),
             num_speculative_steps=int(batch.num_speculative_steps),
             use_block_verification=batch.verification == methods.BLOCK.name,
+            use_fp64=self.use_fp64, skip_masked_vocab_blocks=self.skip_masked_vocab_blocks,
         )
+        if "draft_logits_cache" in self.parameters:  # vLLM 0.34.0 on
+            values["draft_logits_cache"] = vllm_convention.draft_logits_cache(self.rejection_sample,
+                                                                              values["draft_logits"])
         if batch.sampling_params_on():
             raise ValueError(f"{', '.join(batch.sampling_params_on())}: this adapter applies no sampling parameters "
                              f"(vLLM applies them outside rejection_sample; sampling_params is empty)")
         if batch.verification not in self.verification_methods:
             raise ValueError(f"verification: {batch.verification!r} is not declared by this sampler (its "
-                             f"rejection_sample has no {BLOCK_PARAMETER} parameter)")
+                             f"rejection_sample has no use_block_verification parameter)")
         return {name: values[name] for name in self.parameters}
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
-        if self.validate:
-            validate_batch(batch)
+        (validate_batch if self.validate else check_layout)(batch)
         if batch.num_reqs == 0:
             return dataclasses.replace(empty_output(batch), logprobs=None)
         return self._verify(batch, self.arguments(batch))
@@ -238,3 +241,12 @@ class VllmSampler:
         cols = np.arange(batch.num_speculative_steps + 1)
         sampled = np.where(cols[None, :] < num_sampled[:, None], sampled, -1).astype(np.int64)
         return SamplerOutput(sampled=sampled, num_sampled=num_sampled, logprobs=None)
+
+
+def _name(streams) -> str:
+    return streams if isinstance(streams, str) else streams.name
+
+
+def VllmFp64Sampler(**kwargs) -> VllmSampler:
+    """`VllmSampler(use_fp64=True, ...)`: vLLM's float64 noise, the `"murmur3-fp64"` family (SPEC 3b)."""
+    return VllmSampler(use_fp64=True, **kwargs)

@@ -26,6 +26,16 @@ two, so scaling logits by `T` is exact):
 Every emitted token leads the next-best of its row by at least 0.12 in noise in both families, and
 every acceptance decision is at least 0.3 from its threshold in log, so a float32 kernel decides
 as the reference does.
+
+The block seed (SPEC 3b; vLLM 0.33.0 on keys block step `i` by `seed ^ (i << 32)`) is asked by
+`detect_block_seed` with a second batch, `block_probe_batch()`: block verification, one-hot
+drafts, `K = 2`, `T = 1`, two requests (seeds 6 and 2, positions 300..302). Step 0's draft has
+`p = 1`, so `P_0 = 1`, `h_0 = 1` and step 0 always accepts; step 1's draft has `p = e**3 / (e**3
++ 15) = 0.57 = h_1`, so the block takes both drafts (`num_sampled = 3`) exactly when step 1's
+acceptance uniform is at most 0.57. At position 301 that uniform is 0.313 (seed 6) and 0.733
+(seed 2) with the plain seed, 0.897 and 0.470 step-mixed: `num_sampled` `[3, 2]` or `[2, 3]`,
+every decision at least 0.1 from its threshold. The acceptance uniform is the same Triton Philox
+in every family, so this needs no family.
 """
 
 from __future__ import annotations
@@ -35,14 +45,16 @@ from collections.abc import Callable
 import numpy as np
 
 from ..contract.batch import SamplerOutput, SpecBatch
+from ..contract.triton_philox import acceptance_uniforms
 from ..contract.streams import StreamFamily, family as family_of
 from ..reference import ReferenceSampler
 
-__all__ = ["DRAFT_LOGITS", "PROCESSED", "RAW", "STREAMS", "ProbeError", "detect", "predictions", "probe_batch"]
+__all__ = ["BLOCK_SEEDS", "DRAFT_LOGITS", "block_probe_batch", "block_predictions", "detect_block_seed", "PROCESSED", "RAW", "STREAMS", "ProbeError", "detect", "predictions", "probe_batch"]
 
 PROCESSED, RAW = "processed", "raw"
 DRAFT_LOGITS = (PROCESSED, RAW)  # divided by T by the model runner (before PR 50910) / inside the kernels (from it on)
 STREAMS = ("triton-philox", "murmur3")  # before / from vLLM PR 51367
+BLOCK_SEEDS = ("plain", "step")  # the block acceptance seed: before / from vLLM 0.33.0
 VOCAB, TEMPERATURE, EXCLUDED = 16, 0.5, -2.0**14  # exact in every logits dtype
 
 
@@ -124,3 +136,48 @@ def detect(run: Callable[[SpecBatch], SamplerOutput], *, streams: str | StreamFa
         f"(rs_verify.adapters.vllm_probe.probe_batch()) it returned {_show(got)}, where the candidates "
         f"{given}predict\n{lines}\nIt may draw another stream family, take draft logits another way, or be "
         f"wrong on this batch. {OVERRIDE}")
+
+
+def block_probe_batch() -> SpecBatch:
+    """The block seed's probe batch (see the module docstring)."""
+    x = np.zeros((6, VOCAB), np.float32)
+    x[[0, 3], :] = EXCLUDED
+    x[[0, 3], 3] = 0.0  # step 0: p(3) = 1
+    x[[1, 4], 4] = 3.0  # step 1: p(4) = e**3 / (e**3 + 15)
+    return SpecBatch(target_logits=x, draft_logits=None, draft_token_ids=np.array([0, 3, 4] * 2, np.int64),
+                     cu_num_logits=np.array([0, 3, 6], np.int32), pos=np.array([300, 301, 302] * 2, np.int64),
+                     idx_mapping=np.array([0, 1], np.int32), temperature=np.ones(2, np.float32),
+                     seeds=np.array([6, 2], np.int64), num_speculative_steps=2, verification="block")
+
+
+def block_uniforms(seeds: np.ndarray, pos: np.ndarray, step: int, block_seed: str) -> np.ndarray:
+    """SPEC 3b's acceptance uniform of block step `step`: the seed itself (`"plain"`) or step-mixed,
+    `seed ^ (step << 32)` (`"step"`)."""
+    seeds = np.asarray(seeds, np.int64)
+    return acceptance_uniforms(seeds ^ np.int64(step << 32) if block_seed == "step" else seeds, pos)
+
+
+def block_predictions() -> dict[str, np.ndarray]:
+    """`{block seed: num_sampled}` of `block_probe_batch()`: 3 where step 1's uniform is at most its
+    threshold `p(4)` (step 0 always accepts), else 2."""
+    probe = block_probe_batch()
+    row = np.asarray(probe.target_logits, np.float64)[[1, 4]]
+    p = np.exp(row[:, 4]) / np.exp(row).sum(axis=1)
+    pos = np.asarray(probe.pos)[[1, 4]]
+    return {which: np.where(block_uniforms(probe.seeds, pos, 1, which) <= p, 3, 2).astype(np.int32)
+            for which in BLOCK_SEEDS}
+
+
+def detect_block_seed(run: Callable[[SpecBatch], SamplerOutput]) -> str:
+    """`"plain"` or `"step"`: the block seed of the function behind `run` (module docstring);
+    `ProbeError` when its `num_sampled` fits neither."""
+    expected = block_predictions()
+    got = np.asarray(run(block_probe_batch()).num_sampled)
+    for which, num in expected.items():
+        if np.array_equal(got, num):
+            return which
+    raise ProbeError(
+        f"the vLLM adapter cannot tell which seed the wrapped rejection_sample draws block acceptances from: on "
+        f"rs_verify.adapters.vllm_probe.block_probe_batch() it returned num_sampled {got.tolist()}, where the plain "
+        f"seed predicts {expected['plain'].tolist()} and the step-mixed seed (seed ^ (i << 32)) "
+        f"{expected['step'].tolist()}. If you know it, pass VllmSampler(block_seed=...).")
