@@ -154,12 +154,13 @@ def test_launches_cover_every_specialization_axis():
     assert {p for _, _, p, _ in seen["log_softmax_kernel"]} == {1, "i32"}  # processed (1) and raw (0)
     for kernel, specs in seen.items():
         assert {ints for *_, ints in specs} == {frozenset({"i32"}), frozenset({"i64"})}, kernel
-    # block_tau_kernel reads only the acceptance uniforms: 3b's are 3a's (one specialization for both)
-    families = {"verify_kernel": {"philox", "murmur3", "explicit"}, "resample_kernel": {"philox", "murmur3", "explicit"},
-                "block_tau_kernel": {"philox", "explicit"}}
+    # block_tau_kernel reads only the acceptance uniforms: 3b's are 3a's (one specialization for both),
+    # keyed by the plain or the step-mixed block seed (SPEC 3b: "philox_step")
+    noise = {"philox", "murmur3", "murmur3_fp64", "explicit"}
+    families = {"verify_kernel": noise, "resample_kernel": noise, "block_tau_kernel": {"philox", "philox_step", "explicit"}}
     assert streams == {k: families.get(k, {None}) for k in aot.KERNELS}
-    assert resamples["resample_kernel"] == {("philox", "gumbel"), ("murmur3", "gumbel"), ("explicit", "gumbel"),
-                                            ("explicit", "inverse_cdf")}
+    assert resamples["resample_kernel"] == {("philox", "gumbel"), ("murmur3", "gumbel"), ("murmur3_fp64", "gumbel"),
+                                            ("explicit", "gumbel"), ("explicit", "inverse_cdf")}
 
 
 def test_parameters_and_block_verification_add_no_specializations():

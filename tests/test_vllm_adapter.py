@@ -111,7 +111,7 @@ def adapter(triton_sampler):
             expanded_local_pos, temperature, seed, num_speculative_steps,
             use_block_verification=use_block_verification, block_v=triton_sampler.block_v)
 
-    return VllmSampler(rejection_sample=fn, device=triton_sampler.device)
+    return VllmSampler(rejection_sample=fn, device=triton_sampler.device, deviations=())  # SPEC-exact fakes
 
 
 # Bit-for-bit equality with the kernels the adapter wraps: a quarter of the ci examples (two
@@ -194,7 +194,7 @@ CONVENTIONS = [BEFORE_BOTH, BOTH, ("triton-philox", "raw"), ("murmur3", "process
 
 def _vllm(convention, **forced):
     """The adapter over the reference of `convention` = (streams, draft_logits); `forced`: overrides."""
-    return VllmSampler(rejection_sample=reference_rejection_sample(*convention), device="cpu", **forced)
+    return VllmSampler(rejection_sample=reference_rejection_sample(*convention), device="cpu", deviations=(), **forced)
 
 
 def test_the_probe_batch_tells_the_four_conventions_apart():

@@ -96,10 +96,12 @@ RELEASES = {"0.33.0": release_0_33, "0.34.0": release_0_34}
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_each_release_is_bound_and_gated(release, reference):
-    sampler = VllmSampler(rejection_sample=RELEASES[release], device="cpu")
+    assert VllmSampler(rejection_sample=RELEASES[release], device="cpu").deviations == {
+        "empty_residual_token0", "block_nan_prefix_resets"}  # what the releases carry, as measured
+    # The fakes follow SPEC 4 and 4b exactly: a declared deviation they do not have would fail (SPEC 11).
+    sampler = VllmSampler(rejection_sample=RELEASES[release], device="cpu", deviations=())
     assert (sampler.streams, sampler.draft_logits, sampler.block_seed) == ("murmur3", "raw", "plain")
     assert sampler.verification_methods == {"token", "block"}
-    assert sampler.deviations == {"empty_residual_token0", "block_nan_prefix_resets"}
     assert ("draft_logits_cache" in sampler.parameters) == (release == "0.34.0")
     for name in ("certified_equivalence", "output_invariants"):
         outcome = run(PROPERTIES[name], make_context(sampler, reference, profile="ci"))

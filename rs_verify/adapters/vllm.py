@@ -98,6 +98,8 @@ class VllmSampler:
       when a request may mask logits: top-k / top-p); refused where the function lacks it.
     - allow_defaults: optional parameters the adapter does not know, named harmless at their
       defaults by the user (vllm_convention).
+    - deviations: the declared deviations (SPEC 11); None: those the releases carry, as measured
+      (`DEVIATIONS`, and `BLOCK_DEVIATIONS` where the function verifies blocks).
     - options: a lossy mode (`fly_window_size=`, ...) is refused by name (vllm_convention.LOSSY).
     """
 
@@ -112,7 +114,7 @@ class VllmSampler:
     def __init__(self, *, rejection_sample=None, device=None, validate: bool = True,
                  streams: str | StreamFamily | None = None, draft_logits: str | None = None,
                  block_seed: str | None = None, use_fp64: bool = False, skip_masked_vocab_blocks: bool = False,
-                 allow_defaults=(), **options):
+                 allow_defaults=(), deviations=None, **options):
         vllm_convention.refuse_lossy(options)
         if "triton" not in sys.modules:  # vLLM's kernels are Triton code: the suite's backend choice first
             backend.resolve()
@@ -124,7 +126,10 @@ class VllmSampler:
         self.parameters = vllm_convention.bind(self.rejection_sample, self.allow_defaults)
         offered = (methods.BLOCK,) if "use_block_verification" in self.parameters else ()
         self.verification_methods = frozenset(m.name for m in (methods.TOKEN, *offered))
-        self.deviations = DEVIATIONS | (BLOCK_DEVIATIONS if offered else frozenset())
+        # SPEC 11: what the releases carry, as measured (docs/vllm.md); `deviations=` replaces it for a
+        # function known to differ (a mended build, or a fake of the calling convention without the defects)
+        self.deviations = (DEVIATIONS | (BLOCK_DEVIATIONS if offered else frozenset()) if deviations is None
+                           else frozenset(deviations))
         self.validate = bool(validate)
         self.use_fp64 = bool(use_fp64) or (streams is not None and _name(streams) == FP64)
         if self.use_fp64 and streams is not None and _name(streams) != FP64:
