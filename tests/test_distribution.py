@@ -19,7 +19,7 @@ from rs_verify.contract.probs import target_probs
 # campaigns that must reject it at the ci trial count.
 PADDED_FROM_Q = ("rej = np.flatnonzero(~bonus & valid[rows])",
                  "rej = np.flatnonzero(~bonus & (valid[rows] | (slab.b.draft is not None)))")
-EMPTY_TO_TOKEN_0 = ("keep = np.flatnonzero(r.any(axis=1))", "keep = np.arange(r.shape[0])")
+EMPTY_TO_TOKEN_0 = ("used = r.any(axis=1) if dev is None else ~empty32", "used = np.ones(r.shape[0], bool)")
 PLANTED = {
     "residual |p - q| instead of max(p - q, 0)": (
         [("np.maximum(r, 0.0, out=r)", "np.abs(r, out=r)")], ["distribution_model_drafts"]),
@@ -47,8 +47,8 @@ PLANTED_ELSEWHERE = {
         ("h=thresholds(log_prefix, z, m)", "h=np.exp(log_prefix)")],
         ["block_closed_forms", "distribution_block_sequences"]),
     "block: a draft the target excludes extends the block": ("block.py", [
-        ("log_prefix = prefix_ratios(log_pd, log_qd, m)",
-         "log_prefix = prefix_ratios(np.where(np.isneginf(log_pd), 0.0, log_pd), log_qd, m)")],
+        ("log_prefix = prefix_ratios(log_pd, log_qd, m,",
+         "log_prefix = prefix_ratios(np.where(np.isneginf(log_pd), 0.0, log_pd), log_qd, m,")],
         ["block_closed_forms", "distribution_block_sequences"]),
     "block: Z_{i+1} scaled by P_{i+1} instead of P_i": ("block.py", [
         ("big_p = np.exp(log_prefix[ri[zs], st[zs] - 1])", "big_p = np.exp(log_prefix[ri[zs], st[zs]])")],
