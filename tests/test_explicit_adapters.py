@@ -174,12 +174,14 @@ def fake_vllm_v1(defect=None):
     return mod
 
 
+# The fakes follow SPEC 4 exactly: they declare none of the releases' deviations (SPEC 11).
 def _sglang(defect=None):
-    return SglangSampler(chain_speculative_sampling=fake_chain_speculative_sampling(defect), device="cpu")
+    return SglangSampler(chain_speculative_sampling=fake_chain_speculative_sampling(defect), device="cpu",
+                         deviations=())
 
 
 def _vllm_v1(defect=None):
-    return VllmV1Sampler(module=fake_vllm_v1(defect), device="cpu")
+    return VllmV1Sampler(module=fake_vllm_v1(defect), device="cpu", deviations=())
 
 
 def _batch(drafts=((3, 5, 1), (2, -1, 4)), v=8, temperature=(0.7, 0.9)) -> SpecBatch:
@@ -275,7 +277,7 @@ def test_a_changed_calling_convention_fails_at_construction():
     with pytest.raises(TypeError, match="generate_uniform_probs"):
         VllmV1Sampler(module=fake, device="cpu")
     assert sglang.PARAMETERS[-3:] == ("threshold_single", "threshold_acc", "deterministic")
-    assert vllm_v1.KERNEL_ARGS == len(fake_vllm_v1().sample_recovered_tokens_kernel.arg_names)
+    assert vllm_v1.KERNEL_ARGS[vllm_v1.PROBS] == len(fake_vllm_v1().sample_recovered_tokens_kernel.arg_names)
 
 
 # -- through the gate ----------------------------------------------------------------------------

@@ -8,11 +8,9 @@ that every lossy mode arrives at its default. `DraftLogitsCache` below has 0.34.
 and fields; the adapter finds it among the wrapped function's globals, as it finds vLLM's.
 """
 
-import json
 import os
 import sys
 import types
-from importlib import resources
 
 import numpy as np
 import pytest
@@ -27,6 +25,7 @@ from rs_verify.adapters.vllm_chunks import VllmChunkedSampler
 from rs_verify.adapters.vllm_probe import block_predictions, block_probe_batch
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.streams import FAMILIES
+from rs_verify.engine.releases import load_catalogue
 from rs_verify.engine.runner import make_context, run
 from rs_verify.harness import device as backend
 from rs_verify.properties import PROPERTIES
@@ -223,13 +222,16 @@ def test_the_chunk_loop_adapter_says_what_it_needs(monkeypatch):
 
 
 def test_each_release_has_its_packages_pinned():
-    """`releases.json`: per release, the pinned packages it imports besides its wheel, and its environment."""
-    table = json.loads(resources.files("rs_verify.adapters").joinpath("releases.json").read_text())
-    assert set(table) == {"vllm==0.33.0", "vllm==0.34.0"}
-    for entry in table.values():
-        assert entry["env"] == {"CUDA_VISIBLE_DEVICES": ""}
-        assert all(p.count("==") == 1 for p in entry["pure_python"])
-        assert {"pydantic", "transformers", "openai-harmony"} <= {p.split("==")[0] for p in entry["pure_python"]}
+    """`releases.toml`: per vLLM release, the pinned packages it imports besides its wheel, its environment,
+    and the MRV2 adapter among those that gate it."""
+    table = {spec: r for spec, r in load_catalogue().items() if spec.startswith("vllm==")}
+    assert {"vllm==0.33.0", "vllm==0.34.0"} <= set(table)
+    for release in table.values():
+        assert release.env == {"CUDA_VISIBLE_DEVICES": ""}
+        assert "rs_verify.adapters.vllm:VllmSampler" in release.adapters
+        assert all(p.count("==") == 1 for p in release.pure_python)
+        names = {p.split("==")[0].replace("_", "-") for p in release.pure_python}
+        assert {"pydantic", "transformers", "openai-harmony"} <= names
 
 
 def test_the_environment_a_release_needs_is_set_by_the_adapter(monkeypatch):

@@ -6,7 +6,7 @@ package needs nothing beyond rs-verify's own dependencies.
 - `rs_verify.adapters.vllm:VllmSampler`: vLLM's model runner v2 `rejection_sample`.
   `rs_verify.adapters.vllm_probe` asks it which stream family it draws, how it takes draft logits and
   which block seed it draws; `rs_verify.adapters.vllm_convention` holds the rule for each of its
-  parameters and what a release needs on a CPU (`releases.json`: the packages each release needs).
+  parameters and what a release needs on a CPU (`releases.toml`: the packages each release needs, read by `rs-verify releases`).
 - `rs_verify.adapters.vllm_chunks:VllmChunkedSampler`: vLLM's own chunk loop around it
   (`RejectionSampler._verify_in_chunks`), with its logprobs.
 - `rs_verify.adapters.sglang:SglangSampler`: SGLang's Triton chain speculative-sampling verification

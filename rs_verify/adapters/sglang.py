@@ -44,12 +44,18 @@ What the adapter does in SGLang's place (docs/explicit-adapters.md):
 - Greedy requests: SGLang verifies them with `torch.argmax` and `verify_tree_greedy` (an
   sgl_kernel CUDA kernel), not with the chain kernel; the adapter does that comparison itself
   (`explicit_inputs.greedy_tokens`), so greedy decisions gate the adapter, not SGLang.
-- Block verification (SPEC 4b): declared when the module also has
-  `chain_block_speculative_sampling_triton` (same calling convention), which block batches call.
+- Block verification (SPEC 4b): declared when the chain function takes the keyword
+  `block_verification` (SGLang 0.5.23: block batches call it with `block_verification=True`) or,
+  in older trees, when the module also has `chain_block_speculative_sampling_triton` (same
+  calling convention), which block batches call.
+- Declared deviation (SPEC 11): `inverse_cdf_last_token`, measured on 0.5.23 (docs/releases.md):
+  when rounding leaves no float32 prefix sum above `U * S`, or the residual is empty, the kernel
+  emits the value it initialises `final_token` to, `V' - 1`, whatever its mass.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import sys
@@ -66,14 +72,28 @@ from .explicit_inputs import Prepared
 
 SGLANG_MODULES = ("sglang.kernels.ops.speculative.reject_sampling", "sglang.srt.speculative.reject_sampling")
 CHAIN, BLOCK = "chain_speculative_sampling_triton", "chain_block_speculative_sampling_triton"
+BLOCK_KEYWORD = "block_verification"  # 0.5.23: the chain function verifies blocks with this keyword True
 PARAMETERS = ("predicts", "accept_index", "accept_token_num", "candidates", "retrive_index", "retrive_next_token",
               "retrive_next_sibling", "uniform_samples", "uniform_samples_for_final_sampling", "target_probs",
               "draft_probs", "threshold_single", "threshold_acc", "deterministic")
 NOISE = explicit.READS[explicit.INVERSE_CDF]
 
 
+def block_keyword(chain):
+    """`chain` with `block_verification=True` when it takes that keyword (SGLang 0.5.23), else None."""
+    try:
+        params = inspect.signature(chain).parameters
+    except (TypeError, ValueError):
+        return None
+    if BLOCK_KEYWORD not in params:
+        return None
+    return functools.partial(chain, **{BLOCK_KEYWORD: True})
+
+
 def load_sglang() -> tuple:
-    """`(chain, block or None)` from the first importable module of `SGLANG_MODULES`."""
+    """`(chain, block or None)` from the first importable module of `SGLANG_MODULES`: the block
+    function is the chain function's `block_verification=True` (0.5.23) or the module's separate
+    `BLOCK` function (older trees)."""
     errors = []
     for name in SGLANG_MODULES:
         try:
@@ -82,7 +102,8 @@ def load_sglang() -> tuple:
             errors.append(f"{name}: {exc}")
             continue
         if hasattr(module, CHAIN):
-            return getattr(module, CHAIN), getattr(module, BLOCK, None)
+            chain = getattr(module, CHAIN)
+            return chain, block_keyword(chain) or getattr(module, BLOCK, None)
         errors.append(f"{name} has no {CHAIN}")
     raise ImportError(f"rs_verify.adapters.sglang needs SGLang's Triton chain verification ({CHAIN}), which could "
                       f"not be imported ({'; '.join(errors)}). Install sglang, or pass chain_speculative_sampling= a "
@@ -92,7 +113,7 @@ def load_sglang() -> tuple:
 def check_convention(fn) -> None:
     """TypeError if `fn` requires a parameter the adapter does not supply."""
     unknown = [p.name for p in inspect.signature(fn).parameters.values()
-               if p.name not in PARAMETERS and p.default is inspect.Parameter.empty
+               if p.name not in PARAMETERS and p.name != BLOCK_KEYWORD and p.default is inspect.Parameter.empty
                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
     if unknown:
         raise TypeError(f"{getattr(fn, '__qualname__', fn)} requires parameters {unknown} that the SGLang adapter does "
@@ -103,10 +124,13 @@ class SglangSampler:
     """SGLang's chain verification as a sampler (see the module docstring).
 
     - chain_speculative_sampling: the function to wrap (default: imported from sglang when built).
-    - block_speculative_sampling: its block-verification twin, or None (default: from the same
-      sglang module when the chain function is imported, else none).
+    - block_speculative_sampling: its block-verification twin, or None (default: the chain
+      function with `block_verification=True` when it takes that keyword, else the sglang
+      module's separate block function when the chain function is imported, else none).
     - device: torch device; None picks "cuda" when available, else "cpu" (Triton's interpreter).
     - validate: run `rs_verify.validate` before any device work (`unvalidated()` turns it off).
+    - deviations: the declared deviations (SPEC 11); None: what 0.5.23 carries, as measured
+      (`inverse_cdf_last_token`); `()` for a function known to follow SPEC 4 exactly.
     """
 
     name = "sglang-chain"
@@ -118,9 +142,12 @@ class SglangSampler:
     logits_dtypes = frozenset({"float32", "bfloat16", "float16"})
     memory_stats = False
     sampling_params = frozenset()  # SGLang renormalises by top-k / top-p before the kernel
+    deviations = frozenset({"inverse_cdf_last_token"})  # SPEC 11: V' - 1 when no prefix sum exceeds U * S
 
     def __init__(self, *, chain_speculative_sampling=None, block_speculative_sampling=None, device=None,
-                 validate: bool = True):
+                 validate: bool = True, deviations=None):
+        if deviations is not None:
+            self.deviations = frozenset(deviations)
         if "triton" not in sys.modules:  # SGLang's kernel is Triton code: the suite's backend choice first
             backend.resolve()
         self.device = torch.device(("cpu" if backend.interpreted() else "cuda") if device is None else device)
@@ -128,6 +155,8 @@ class SglangSampler:
         if chain_speculative_sampling is None:
             chain_speculative_sampling, found = load_sglang()
             block_speculative_sampling = block_speculative_sampling or found
+        elif block_speculative_sampling is None:
+            block_speculative_sampling = block_keyword(chain_speculative_sampling)
         self.chain = chain_speculative_sampling
         self.block = block_speculative_sampling
         for fn in (self.chain, self.block):
@@ -139,7 +168,7 @@ class SglangSampler:
 
     def unvalidated(self) -> "SglangSampler":
         return type(self)(chain_speculative_sampling=self.chain, block_speculative_sampling=self.block,
-                          device=self.device, validate=False)
+                          device=self.device, validate=False, deviations=self.deviations)
 
     def __repr__(self) -> str:
         name = getattr(self.chain, "__module__", "?") + "." + getattr(self.chain, "__name__", "?")

@@ -27,6 +27,16 @@ with the batch's (SPEC 3c, the `explicit` family, `resample = "gumbel"`):
   vLLM does, with `E = exp(-G)` (`G = resample_gumbel[r]`, float32) in place of
   `q.exponential_()`: `argmax r / E = argmax log r + G`, Gumbel-max.
 
+vLLM 0.33.0 changed the convention (`LOGITS`, told apart by the sixth parameter): it takes
+`target_logits` (the processed logits `z`; it takes `softmax(z, float32)` itself and `argmax z`
+for greedy requests) and six optional parameters, each passed deliberately (`OPTIONAL`: no
+synthetic acceptance, no FLy window, `use_fp64_gumbel` as the sampler is built, vLLM's default
+False); a parameter the adapter does not know is refused by name. Its `sample_recovered_tokens`
+gained `use_fp64_gumbel`; the replacement launches vLLM's own `_sample_recovered_tokens` with
+`inv_q = 1 / E` (vLLM's `q.reciprocal()`, float64 with `use_fp64_gumbel`). vLLM 0.34.0 removed
+the module: the ImportError says so. Declared deviation (SPEC 11, measured on 0.33.0,
+docs/releases.md): `empty_residual_token0`, token 0 recovered from a residual with no float32 mass.
+
 What the adapter does in vLLM's place (docs/explicit-adapters.md):
 - `target_probs = softmax(z)`, `z = fp32(x) / T` (SPEC 2, `T = 1` for greedy rows, as vLLM's
   `apply_sampling_constraints` replaces a greedy temperature by 1), and `draft_probs =
@@ -46,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import inspect
 import sys
 import threading
@@ -62,43 +73,86 @@ from . import explicit_inputs
 from .explicit_inputs import Prepared
 
 VLLM_V1_MODULE = "vllm.v1.sample.rejection_sampler"
-# The functions the adapter calls or replaces, with the parameters it relies on, in order.
-CONVENTION = {
-    "rejection_sample": ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens", "draft_probs",
-                         "target_probs", "bonus_token_ids", "sampling_metadata"),
-    "generate_uniform_probs": ("num_tokens", "num_draft_tokens", "generators", "device"),
-    "sample_recovered_tokens": ("max_spec_len", "num_draft_tokens", "cu_num_draft_tokens", "draft_token_ids",
-                                "draft_probs", "target_probs", "sampling_metadata", "device"),
+# The two calling conventions, named by the sixth parameter of rejection_sample: the functions the
+# adapter calls or replaces, with the parameters it relies on, in order.
+PROBS, LOGITS = "target_probs", "target_logits"
+_HEAD = ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens", "draft_probs")
+_RECOVER = ("max_spec_len", "num_draft_tokens", "cu_num_draft_tokens", "draft_token_ids", "draft_probs",
+            "target_probs", "sampling_metadata", "device")
+# 0.33.0's optional parameters of rejection_sample, each passed deliberately (None: the sampler's choice).
+OPTIONAL = {
+    "synthetic_mode": False,  # acceptance `u < rate` from configured rates: lossy by design
+    "synthetic_conditional_rates": None,
+    "use_fp64_gumbel": None,  # float64 exponentials: VllmV1Sampler(use_fp64_gumbel=...), vLLM's default False
+    "fly_window_size": None,  # FLy's deferred-rejection window: lossy by design, off
+    "fly_entropy_threshold": None,  # read only with FLy
+    "fly_entropy_top_k": 3,  # vLLM's default; read only with FLy
+}
+CONVENTIONS = {
+    PROBS: {"rejection_sample": (*_HEAD, "target_probs", "bonus_token_ids", "sampling_metadata"),
+            "generate_uniform_probs": ("num_tokens", "num_draft_tokens", "generators", "device"),
+            "sample_recovered_tokens": _RECOVER},
+    LOGITS: {"rejection_sample": (*_HEAD, "target_logits", "bonus_token_ids", "sampling_metadata", *OPTIONAL),
+             "generate_uniform_probs": ("num_tokens", "num_draft_tokens", "generators", "device"),
+             "sample_recovered_tokens": (*_RECOVER, "use_fp64_gumbel"),
+             "_sample_recovered_tokens": ("output_token_ids", "cu_num_draft_tokens", "draft_token_ids", "draft_probs",
+                                          "target_probs", "inv_q", "max_spec_len")},
 }
 KERNEL = "sample_recovered_tokens_kernel"
-KERNEL_ARGS = 9  # out, cu, draft ids, draft probs, target probs, q, vocab size, padded vocab size, no-draft-probs flag
+# out, cu, draft ids, draft probs, target probs, q (1/E for LOGITS), vocab size, block or padded size,
+# no-draft-probs flag (+ the fp64 flag for LOGITS)
+KERNEL_ARGS = {PROBS: 9, LOGITS: 10}
 NOISE = explicit.READS[explicit.GUMBEL]
 _PATCH_LOCK = threading.RLock()  # the replacements live in the module's namespace during a call
 
 
+def _vllm_version() -> str | None:
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def load_vllm_v1():
-    """vLLM V1's rejection-sampler module, or an ImportError that says what is missing."""
+    """vLLM V1's rejection-sampler module, or an ImportError that says what is missing: a vLLM
+    without the module (0.34.0 removed it) is named as such."""
     try:
         return importlib.import_module(VLLM_V1_MODULE)
     except ImportError as exc:
+        missing = getattr(exc, "name", None) or ""
+        version = _vllm_version()
+        if version and missing.startswith("vllm.") and VLLM_V1_MODULE.startswith(missing):
+            raise ImportError(f"vLLM {version} has no V1 rejection sampler (removed): {VLLM_V1_MODULE} is not in this "
+                              f"release. Its model runner v2 sampler has rs_verify.adapters.vllm:VllmSampler.") from exc
         raise ImportError(f"rs_verify.adapters.vllm_v1 needs vLLM's V1 rejection sampler ({VLLM_V1_MODULE}), which "
                           f"could not be imported: {exc}. Install vllm, or pass module= an object with the same "
                           f"functions.") from exc
 
 
-def check_convention(module) -> None:
-    """TypeError naming what differs when `module` lacks a function or parameter the adapter relies on."""
-    for fn, expected in CONVENTION.items():
+def check_convention(module) -> str:
+    """PROBS (probabilities in) or LOGITS (0.33.0: logits in, optional parameters), by rejection_sample's
+    sixth parameter; a TypeError naming what differs when the module matches neither."""
+    name = getattr(module, "__name__", module)
+    if not callable(getattr(module, "rejection_sample", None)):
+        raise TypeError(f"{name} has no rejection_sample: the calling convention changed")
+    params = tuple(inspect.signature(module.rejection_sample).parameters)
+    conv = LOGITS if LOGITS in params else PROBS
+    for fn, expected in CONVENTIONS[conv].items():
         if not callable(getattr(module, fn, None)):
-            raise TypeError(f"{getattr(module, '__name__', module)} has no {fn}: the calling convention changed")
+            raise TypeError(f"{name} has no {fn}: the calling convention changed")
         names = tuple(inspect.signature(getattr(module, fn)).parameters)
         if names != expected:
-            raise TypeError(f"{fn}{names}: the vLLM V1 adapter knows {fn}{expected}; the calling convention changed")
+            unknown = [n for n in names if n not in expected]
+            what = f"; it refuses the parameters it does not know: {unknown}" if unknown else ""
+            raise TypeError(f"{fn}{names}: the vLLM V1 adapter knows {fn}{expected}{what}; the calling convention "
+                            f"changed")
     kernel = getattr(module, KERNEL, None)
     args = getattr(kernel, "arg_names", None)
-    if kernel is None or (args is not None and len(args) != KERNEL_ARGS):
-        raise TypeError(f"{KERNEL}: expected a kernel of {KERNEL_ARGS} parameters, found {args}: the calling "
+    if kernel is None or (args is not None and len(args) != KERNEL_ARGS[conv]):
+        raise TypeError(f"{KERNEL}: expected a kernel of {KERNEL_ARGS[conv]} parameters, found {args}: the calling "
                         f"convention changed")
+    return conv
+
 
 
 def _next_power_of_2(n: int) -> int:
@@ -112,6 +166,10 @@ class VllmV1Sampler:
       imported when the sampler is built).
     - device: torch device; None picks "cuda" when available, else "cpu" (Triton's interpreter).
     - validate: run `rs_verify.validate` before any device work (`unvalidated()` turns it off).
+    - use_fp64_gumbel: 0.33.0's float64 exponentials (`E` and `inv_q = 1 / E` in float64); vLLM's
+      default, False, is float32. A vLLM of the older convention has no such option (ValueError).
+    - deviations: the declared deviations (SPEC 11); None: what 0.33.0 carries, as measured
+      (`empty_residual_token0`); `()` for a module known to follow SPEC 4 exactly.
     """
 
     name = "vllm-v1"
@@ -124,24 +182,34 @@ class VllmV1Sampler:
     logits_dtypes = frozenset({"float32", "bfloat16", "float16"})
     memory_stats = False
     sampling_params = frozenset()  # vLLM applies top-k / top-p before rejection_sample
+    deviations = frozenset({"empty_residual_token0"})  # SPEC 11: argmax(0 / E) = token 0 from an empty residual
 
-    def __init__(self, *, module=None, device=None, validate: bool = True):
+    def __init__(self, *, module=None, device=None, validate: bool = True, use_fp64_gumbel: bool = False,
+                 deviations=None):
+        if deviations is not None:  # SPEC 11: replaces what 0.33.0 carries (`()`: a SPEC-exact function)
+            self.deviations = frozenset(deviations)
         if "triton" not in sys.modules:  # vLLM's kernels are Triton code: the suite's backend choice first
             backend.resolve()
         self.device = torch.device(("cpu" if backend.interpreted() else "cuda") if device is None else device)
         self.interpreted = self.device.type != "cuda"
         self.module = load_vllm_v1() if module is None else module
-        check_convention(self.module)
+        self.convention = check_convention(self.module)
+        if use_fp64_gumbel and self.convention != LOGITS:
+            raise ValueError("use_fp64_gumbel: this vLLM's rejection_sample has no float64 exponentials (it takes "
+                             "target_probs: the convention before 0.33.0)")
+        self.use_fp64_gumbel = bool(use_fp64_gumbel)
         self.greedy_temperature = float(getattr(self.module, "GREEDY_TEMPERATURE", 0))
         self.placeholder = int(getattr(self.module, "PLACEHOLDER_TOKEN_ID", -1))
         self.validate = bool(validate)
 
     def unvalidated(self) -> "VllmV1Sampler":
-        return type(self)(module=self.module, device=self.device, validate=False)
+        return type(self)(module=self.module, device=self.device, validate=False, use_fp64_gumbel=self.use_fp64_gumbel,
+                          deviations=self.deviations)
 
     def __repr__(self) -> str:
         return (f"VllmV1Sampler(module={getattr(self.module, '__name__', self.module)!r}, "
-                f"device={str(self.device)!r}, validate={self.validate})")
+                f"device={str(self.device)!r}, validate={self.validate}, convention={self.convention!r}, "
+                f"use_fp64_gumbel={self.use_fp64_gumbel})")
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         explicit_inputs.admit(self, batch, NOISE, "vLLM applies them before rejection_sample",
@@ -151,7 +219,8 @@ class VllmV1Sampler:
         prep = explicit_inputs.prepare(batch, self.device)
         with np.errstate(over="ignore"):  # G below about -88.7 has no float32 E (docs/explicit-adapters.md)
             e = torch.from_numpy(np.exp(-np.asarray(batch.resample_gumbel, np.float64)[:, : prep.vocab]))
-        e = e.to(device=self.device, dtype=torch.float32)  # vLLM's exponentials are float32
+        # vLLM's exponentials are float32 (float64 with 0.33.0's use_fp64_gumbel)
+        e = e.to(device=self.device, dtype=torch.float64 if self.use_fp64_gumbel else torch.float32)
         bonus = self.bonus_tokens(prep, e)
         if not prep.drafts.any():  # no drafts anywhere: vLLM's ordinary sampler, the bonus tokens
             return explicit_inputs.output(batch, [[int(t)] for t in bonus])
@@ -165,7 +234,7 @@ class VllmV1Sampler:
     def bonus_tokens(self, prep: Prepared, e: torch.Tensor) -> np.ndarray:
         """Each request's bonus: `argmax p / E` of its bonus row (argmax z for greedy requests)."""
         rows = torch.from_numpy(prep.rows + prep.drafts).to(self.device)
-        race = torch.argmax(prep.p[rows] / e, dim=-1)
+        race = torch.argmax(prep.p[rows].to(e.dtype) / e, dim=-1)
         greedy = torch.argmax(prep.z[rows], dim=-1)
         return torch.where(torch.from_numpy(prep.greedy).to(self.device), greedy, race).cpu().numpy()
 
@@ -185,14 +254,18 @@ class VllmV1Sampler:
         metadata = SimpleNamespace(all_greedy=bool(prep.greedy.all()), all_random=bool(not prep.greedy.any()),
                                    temperature=torch.from_numpy(temperature).to(dev), generators={},
                                    top_k=None, top_p=None)
-        return dict(
+        args = dict(
             draft_token_ids=torch.from_numpy(ids.astype(np.int32)).to(dev),
             num_draft_tokens=[int(n) for n in prep.drafts], max_spec_len=int(prep.drafts.max()),
             cu_num_draft_tokens=torch.from_numpy(np.cumsum(prep.drafts).astype(np.int32)).to(dev),
-            draft_probs=draft_probs, target_probs=prep.p[rows_t].contiguous(),
-            bonus_token_ids=torch.from_numpy(bonus.astype(np.int32).reshape(-1, 1)).to(dev),
+            draft_probs=draft_probs, bonus_token_ids=torch.from_numpy(bonus.astype(np.int32).reshape(-1, 1)).to(dev),
             sampling_metadata=metadata,
         )
+        if self.convention == PROBS:
+            return {**args, "target_probs": prep.p[rows_t].contiguous()}
+        # 0.33.0: the processed logits z (vLLM takes softmax(z, float32) itself, argmax z for greedy requests)
+        return {**args, "target_logits": prep.z[rows_t].contiguous(),
+                **{k: (self.use_fp64_gumbel if v is None and k == "use_fp64_gumbel" else v) for k, v in OPTIONAL.items()}}
 
     @contextlib.contextmanager
     def _noise(self, batch: SpecBatch, prep: Prepared, e: torch.Tensor):
@@ -209,9 +282,14 @@ class VllmV1Sampler:
             return u.clone()
 
         def sample_recovered_tokens(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
-                                    draft_probs, target_probs, sampling_metadata, device):
-            vocab_size = target_probs.shape[-1]
+                                    draft_probs, target_probs, sampling_metadata, device, use_fp64_gumbel=False):
             recovered = torch.empty_like(draft_token_ids)
+            if self.convention == LOGITS:  # vLLM's own launch, with inv_q = 1 / E (q.reciprocal() in vLLM)
+                q = e.to(torch.float64 if use_fp64_gumbel else torch.float32)
+                module._sample_recovered_tokens(recovered, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                                                target_probs, q.reciprocal().contiguous(), max_spec_len=max_spec_len)
+                return recovered
+            vocab_size = target_probs.shape[-1]
             kernel[(len(num_draft_tokens), max_spec_len)](
                 recovered, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, e.contiguous(),
                 vocab_size, _next_power_of_2(vocab_size), draft_probs is None)

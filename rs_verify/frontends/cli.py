@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 from importlib.resources import files
-import ast
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +29,7 @@ from ..engine.versions import versions
 from ..properties import NEEDS, PROPERTIES, by_cost
 from ..properties.baseline import gate_summary
 from ..engine.records import XPASS
-from . import options, xfails
+from . import bench, options, releases, xfails
 from .report import write_report
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "skipped": "yellow", "xfail": "magenta"}
@@ -244,57 +242,6 @@ def cmd_replay(args) -> int:
     return 0
 
 
-def bench_dirs() -> list:
-    """Where benchmark scripts are looked up: ./benchmarks (the scripts live in a source checkout,
-    not in the installed package: run `rs-verify bench` from the repository root)."""
-    d = Path.cwd() / "benchmarks"
-    return [d] if d.is_dir() else []
-
-
-def benchmarks() -> dict:
-    """name -> path of every `benchmarks/<name>.py` (first directory wins)."""
-    found = {}
-    for d in bench_dirs():
-        for path in sorted(d.glob("*.py")):
-            if not path.name.startswith("_"):
-                found.setdefault(path.stem, path)
-    return found
-
-
-def _first_doc_line(path) -> str:
-    try:
-        doc = ast.get_docstring(ast.parse(path.read_text()))
-    except (SyntaxError, OSError, UnicodeDecodeError):
-        return ""
-    return (doc or "").strip().split("\n")[0]
-
-
-def cmd_bench(args) -> int:
-    found = benchmarks()
-    if args.list or not (args.name or args.all):
-        if not found:
-            print("no benchmarks found (looked in: " + ", ".join(str(d) for d in bench_dirs()) + " and ./benchmarks)")
-            return 0 if args.list else 2
-        width = max(len(n) for n in found)
-        for name, path in found.items():
-            print(f"{name:{width}}  {_first_doc_line(path)}  [{path}]")
-        return 0
-    names = list(found) if args.all else [args.name.removesuffix(".py")]
-    missing = [n for n in names if n not in found]
-    if missing:
-        print(f"rs-verify bench: no benchmark {missing[0]!r}; available: {sorted(found) or 'none'}", file=sys.stderr)
-        return 2
-    worst = 0
-    for name in names:
-        cmd = [sys.executable, str(found[name]), *(args.args or [])]
-        print(f"rs-verify bench: {' '.join(cmd)}", flush=True)
-        start = time.perf_counter()
-        code = subprocess.call(cmd)
-        print(f"rs-verify bench: {name} exited {code} after {time.perf_counter() - start:.1f} s", flush=True)
-        worst = worst or code
-    return worst
-
-
 def cmd_list(args) -> int:
     table = Table(title="properties (cheapest first)")
     for col in ("name", "family", "needs", "what it checks"):
@@ -387,12 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None, help=f"a sampler call that does not return within this time fails (isolated samplers only; "
                            f"default: the bundle's, else {isolation.DEFAULT_TIMEOUT:g})"))
     rep.set_defaults(func=cmd_replay)
-    bench = sub.add_parser("bench", help="run the scripts under benchmarks/ (--list shows them)")
-    bench.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    bench.add_argument("--all", action="store_true", help="run every benchmark (without arguments)")
-    bench.add_argument("name", nargs="?", help="the benchmark: benchmarks/<name>.py")
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark script")
-    bench.set_defaults(func=cmd_bench)
+    bench.add_parser(sub)
     comp = sub.add_parser("compile", help="compile the built-in sampler's kernels for CUDA archs, no GPU needed "
                                           "(exit 1: a compile error or a register spill)")
     comp.add_argument("--arch", nargs="+", default=["80", "90", "100"], metavar="CC",
@@ -404,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec = sub.add_parser("spec", help="print the rejection-sampling contract (SPEC.md) shipped with the package")
     spec.add_argument("--path", action="store_true", help="print where the installed SPEC.md is instead")
     spec.set_defaults(func=cmd_spec)
+    releases.add_parser(sub)
     return parser
 
 

@@ -68,6 +68,8 @@ def pytest_addoption(parser):
                     help="load this rs-verify Hypothesis profile (rs_verify.engine.profiles) for the whole session; "
                          "default: the active one if it is an rs-verify profile, else HYPOTHESIS_PROFILE, "
                          "ci under CI, dev otherwise")
+    group.addoption("--rs-max-examples", type=int, default=None, metavar="N",
+                    help="override the profile's max_examples (as rs-verify check --max-examples)")
     options.add(group.addoption, options.ISOLATION, prefix="rs-")
     group.addoption("--rs-bundle-dir", default=DEFAULT_BUNDLE_DIR, metavar="DIR",
                     help=f"where failure bundles are written (default {DEFAULT_BUNDLE_DIR})")
@@ -113,6 +115,7 @@ class Gate:
         self.reference_spec = None if ref in (None, "", "none") else ref
         self.device = opt("--rs-device")
         self.profile = opt("--rs-profile")
+        self.max_examples = opt("--rs-max-examples")
         self.bundle_dir = opt("--rs-bundle-dir")
         self.isolate = opt("--rs-isolate")
         self.timeout = opt("--rs-timeout")
@@ -165,12 +168,14 @@ class Gate:
     def settings(self):
         from hypothesis import settings  # lazy: see the note at the top
 
-        return settings.get_profile(self.profile_name())
+        base = settings.get_profile(self.profile_name())
+        return base if self.max_examples is None else settings(base, max_examples=self.max_examples)
 
     def options(self) -> dict:
         """Recorded in failure bundles (the device actually used is added by the runner)."""
+        extra = {} if self.max_examples is None else {"max_examples": self.max_examples}
         return {"profile": self.profile_name(), "runner": "pytest", "isolate": self.isolate, "timeout": self.timeout,
-                **({"deviations": self.deviations} if self.deviations else {})}
+                **({"deviations": self.deviations} if self.deviations else {}), **extra}
 
     def header(self) -> str:
         where = (f"isolated per {self.isolate} (timeout {self.timeout:g} s per call)" if self.isolate != "off"

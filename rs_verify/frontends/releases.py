@@ -1,0 +1,271 @@
+"""`rs-verify releases SPEC...`: gate the released libraries, each adapter through the pytest plugin.
+
+For each release (`vllm==0.33.0`, ...) of the catalogue (`rs_verify.engine.releases`): install it
+outside the repository (or reuse the cache), then run every adapter it supports as its own
+`python -m pytest -p rs_verify --rs-sampler=ADAPTER --rs-gate-only --rs-profile P` process, with
+the release's site directory on `PYTHONPATH` and its `env`, in an empty working directory, and
+read the outcome of each property from pytest's JUnit XML (`--junitxml`; the plugin records a
+failure bundle's path as the testcase property `rs_verify_bundle`). The table, release x adapter
+x property, is written as `releases.md` and `releases.json` into `--out`:
+
+- `passed`; `failed` with the failure's first line and a replay command (`rs-verify replay` of its
+  bundle, with the release on `PYTHONPATH`); `skipped` with the plugin's reason (or the
+  catalogue's `absent` reason); `xfail` for an expected failure (`--rs-xfails`);
+- `error`, one cell per adapter (property `-`): a release that could not be installed, a sampler
+  that could not be loaded (the plugin fails every item with the same "cannot load" message:
+  reported once), or a pytest run that ended without a report.
+
+Exit status (`--fail-on`): `failure` (default) 1 on any failed or error cell; `error` 1 only on
+error cells (the releases' own known defects are findings, not breakage: `.ci/run` uses it);
+`never` 0. Usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from ..engine import releases as catalogue
+from ..engine.defaults import ISOLATION_LEVELS, PROFILE_NAMES
+
+LOAD_ERROR = "rs-verify: cannot load the sampler"  # the plugin's message when --rs-sampler does not load
+BUNDLE_PROPERTY = "rs_verify_bundle"
+FAIL_ON = ("failure", "error", "never")
+STYLE = {"passed": "green", "failed": "red", "skipped": "yellow", "xfail": "magenta", "error": "bold red"}
+PROJECT_ROOT = str(Path(__file__).resolve().parents[2])  # the rs_verify in use, ahead of any other
+
+
+@dataclass
+class Cell:
+    release: str
+    adapter: str
+    property: str  # "-" for a cell about the whole adapter (install, load)
+    status: str  # passed | failed | skipped | xfail | error
+    message: str = ""  # a failure's first line, a skip's reason, an error's cause
+    replay: str = ""  # the command that replays a failure from its bundle
+    seconds: float = 0.0
+
+
+def first_line(text: str | None, width: int = 300) -> str:
+    """The first non-empty line (and the next one when it ends with ':', the first item of a list)."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    line = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines or [""])[0]
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def release_env(installed: catalogue.Installed) -> dict:
+    """The environment of a gate process: the release's site directory and this rs_verify on PYTHONPATH."""
+    env = dict(os.environ)
+    env.update(installed.release.env)
+    parts = [str(installed.site), PROJECT_ROOT, env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in parts if p)
+    return env
+
+
+def replay_command(installed: catalogue.Installed, bundle: str) -> str:
+    assigns = [f"{k}={shlex.quote(v)}" for k, v in installed.release.env.items()]
+    return " ".join([*assigns, f"PYTHONPATH={shlex.quote(str(installed.site))}", "rs-verify", "replay",
+                     shlex.quote(bundle)])
+
+
+def gate_command(adapter: str, junit: Path, bundles: Path, profile: str, keyword: str | None,
+                 max_examples: int | None, isolate: str = "property") -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "rs_verify", f"--rs-sampler={adapter}", "--rs-gate-only",
+           "--rs-profile", profile, f"--rs-bundle-dir={bundles}", f"--junitxml={junit}", "-q",
+           "-p", "no:cacheprovider", "-o", "junit_family=xunit1", f"--rs-isolate={isolate}"]
+    if keyword:
+        cmd += ["-k", keyword]
+    if max_examples is not None:
+        cmd += ["--rs-max-examples", str(max_examples)]
+    return cmd
+
+
+def parse_junit(path: Path, release: str, adapter: str, installed: catalogue.Installed) -> list[Cell]:
+    """One cell per property testcase of the JUnit XML at `path`; a sampler that could not be loaded
+    is one error cell, not one failure per property."""
+    cells = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "?").removeprefix("rs-verify::")
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        seconds = float(case.get("time") or 0)
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        skipped = case.find("skipped")
+        if failure is not None:
+            text = (failure.get("message") or failure.text or "").removeprefix("Failed: ")
+            bundle = props.get(BUNDLE_PROPERTY)
+            cells.append(Cell(release, adapter, name, "failed", first_line(text) or first_line(failure.text),
+                              replay_command(installed, bundle) if bundle else "", seconds))
+        elif skipped is not None:
+            xfail = skipped.get("type") == "pytest.xfail"
+            reason = (skipped.get("message") or "").removeprefix("expected fail: ")
+            reason = reason.removeprefix(f"{name}: ")
+            cells.append(Cell(release, adapter, name, "xfail" if xfail else "skipped", first_line(reason), "",
+                              seconds))
+        else:
+            cells.append(Cell(release, adapter, name, "passed", "", "", seconds))
+    failed = [c for c in cells if c.status == "failed"]
+    if failed and all(c.message.startswith(LOAD_ERROR) for c in failed):
+        why = failed[0].message.split("': ", 1)[-1]
+        return [Cell(release, adapter, "-", "error", f"cannot load the sampler: {why}", "",
+                     sum(c.seconds for c in cells))]
+    return cells
+
+
+def gate_adapter(installed: catalogue.Installed, adapter: str, out: Path, *, profile: str, keyword: str | None,
+                 max_examples: int | None, timeout: float, isolate: str = "property") -> list[Cell]:
+    """Run the plugin on one adapter of an installed release; its cells."""
+    release = installed.release.spec
+    tag = f"{installed.release.name}-{installed.release.version}-{adapter.replace(':', '.').rsplit('.', 1)[-1]}"
+    junit, bundles = out / "junit" / f"{tag}.xml", (out / "bundles" / tag).resolve()
+    junit.parent.mkdir(parents=True, exist_ok=True)
+    junit.unlink(missing_ok=True)
+    log = out / "logs" / f"{tag}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rs-verify-release-") as cwd:
+        try:
+            proc = subprocess.run(gate_command(adapter, junit.resolve(), bundles, profile, keyword, max_examples, isolate),
+                                  cwd=cwd, env=release_env(installed), capture_output=True, text=True,
+                                  timeout=timeout)
+            output, code = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            output, code = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {timeout:g} s", None
+    log.write_text(output if isinstance(output, str) else output.decode(errors="replace"))
+    seconds = time.perf_counter() - start
+    if code in (0, 1) and junit.is_file():
+        return parse_junit(junit, release, adapter, installed)
+    last = [ln for ln in str(output).splitlines() if ln.strip()][-1:] or ["no output"]
+    why = "no property selected (pytest exit 5)" if code == 5 else f"pytest exit {code}: {first_line(last[0])}"
+    return [Cell(release, adapter, "-", "error", f"{why} (log: {log})", "", seconds)]
+
+
+def markdown(cells: list[Cell], meta: dict) -> str:
+    lines = [f"# rs-verify releases ({meta['created']})", "",
+             f"Profile `{meta['profile']}`" + (f", `-k {meta['keyword']}`" if meta.get("keyword") else "")
+             + (f", at most {meta['max_examples']} examples" if meta.get("max_examples") else "")
+             + f", device {meta['device']}; cache `{meta['cache']}`.", "",
+             "| release | adapter | property | result | detail |", "|---|---|---|---|---|"]
+    for c in cells:
+        detail = c.message.replace("|", "\\|")
+        if c.replay:
+            detail += f"<br>replay: `{c.replay}`"
+        lines.append(f"| {c.release} | `{c.adapter}` | {c.property} | {c.status} | {detail} |")
+    counts = {s: sum(c.status == s for c in cells) for s in STYLE}
+    lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells", ""]
+    return "\n".join(lines)
+
+
+def write(cells: list[Cell], out: Path, meta: dict) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out / "releases.md", "json": out / "releases.json"}
+    paths["markdown"].write_text(markdown(cells, meta))
+    paths["json"].write_text(json.dumps({"meta": meta, "cells": [asdict(c) for c in cells]}, indent=1))
+    return paths
+
+
+def exit_code(cells: list[Cell], fail_on: str) -> int:
+    bad = {"failure": ("failed", "error"), "error": ("error",), "never": ()}[fail_on]
+    return 1 if any(c.status in bad for c in cells) else 0
+
+
+def cmd_releases(args) -> int:
+    console = Console(soft_wrap=True)
+    try:
+        known = catalogue.load_catalogue(args.catalogue)
+        for spec in args.specs:
+            catalogue.parse_spec(spec)
+        if args.jobs < 1:
+            raise catalogue.CatalogueError(f"--jobs must be >= 1, not {args.jobs}")
+    except catalogue.CatalogueError as exc:
+        print(f"rs-verify releases: {exc}", file=sys.stderr)
+        return 2
+    root, out = catalogue.cache_root(args.cache), Path(args.out)
+    cells: list[Cell] = []
+
+    def add(new: list[Cell]) -> None:
+        for c in new:
+            cells.append(c)
+            detail = f" - {escape(c.message)}" if c.message else ""
+            console.print(f"  [{STYLE[c.status]}]{c.status:8}[/] {escape(c.adapter)} {c.property} "
+                          f"({c.seconds:.1f} s){detail}", highlight=False)
+
+    gates = []  # (installed, adapter): run after every install, on --jobs processes
+    for spec in args.specs:
+        release = known.get(spec)
+        if release is None:
+            add([Cell(spec, "-", "-", "error", f"{spec} has no entry in the catalogue (known: {', '.join(known)})")])
+            continue
+        adapters = [a for a in release.adapters if not args.adapter or any(s in a for s in args.adapter)]
+        console.print(f"[bold]{spec}[/]: {len(adapters)} adapter(s), cache {catalogue.release_dir(release, root)}")
+        with console.status(f"{spec}: installing (--no-deps, {len(release.pure_python)} pins)"):
+            installed = catalogue.install(release, root, find_links=args.find_links, no_index=args.no_index,
+                                          offline=args.offline)
+        if installed.error:
+            add([Cell(spec, a, "-", "skipped" if args.offline else "error", installed.error) for a in adapters])
+            continue
+        for adapter, why in release.absent.items():
+            if not args.adapter or any(s in adapter for s in args.adapter):
+                add([Cell(spec, adapter, "-", "skipped", why)])
+        gates += [(installed, adapter) for adapter in adapters]
+    names = ", ".join(f"{i.release.spec} {a.rsplit(':', 1)[-1]}" for i, a in gates)
+    with console.status(f"gating {names} at {args.profile} (one pytest process each, {args.jobs} at a time)"), \
+            ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        runs = [pool.submit(gate_adapter, i, a, out, profile=args.profile, keyword=args.k,
+                            max_examples=args.max_examples, timeout=args.timeout, isolate=args.isolate)
+                for i, a in gates]
+        for run in as_completed(runs):
+            add(run.result())
+    cells.sort(key=lambda c: (args.specs.index(c.release) if c.release in args.specs else 0))
+    meta = {"releases": args.specs, "profile": args.profile, "keyword": args.k, "max_examples": args.max_examples,
+            "cache": str(root), "device": os.environ.get("RS_VERIFY_DEVICE") or "auto",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    paths = write(cells, out, meta)
+    console.print(f"table: {paths['markdown']}, {paths['json']}", highlight=False, markup=False)
+    return exit_code(cells, args.fail_on)
+
+
+def add_parser(sub) -> None:
+    """The `releases` subcommand of `rs-verify` (wired in rs_verify.frontends.cli)."""
+    p = sub.add_parser("releases", help="install released libraries (vllm==0.33.0, sglang==0.5.23, ...) outside the "
+                                        "repository and gate each adapter they support through the pytest plugin")
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="releases as pip pins them, name==version")
+    p.add_argument("--profile", choices=PROFILE_NAMES, default="ci", help="Hypothesis profile of the gate (default ci)")
+    p.add_argument("-k", default=None, metavar="EXPR", help="pytest -k expression selecting properties")
+    p.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")
+    p.add_argument("--adapter", nargs="+", default=None, metavar="TEXT",
+                   help="gate only the adapters whose module:attribute contains one of these")
+    p.add_argument("--out", default=".rs-verify/releases", metavar="DIR",
+                   help="where releases.md, releases.json, the JUnit XML, logs and bundles go")
+    p.add_argument("--cache", default=None, metavar="DIR",
+                   help=f"install cache (default ${catalogue.CACHE_ENV}, else {catalogue.DEFAULT_CACHE})")
+    p.add_argument("--catalogue", default=None, metavar="FILE",
+                   help="a releases.toml to read instead of the packaged one (format: rs_verify.engine.releases)")
+    p.add_argument("--find-links", default=None, metavar="DIR",
+                   help="look for the wheels in DIR too (pip --find-links DIR), e.g. ones fetched with pip download")
+    p.add_argument("--no-index", action="store_true",
+                   help="never ask the package registry: install from --find-links only (pip --no-index)")
+    p.add_argument("--offline", action="store_true",
+                   help="never fetch: a release not in the cache is a skipped cell with the reason")
+    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="a gate process still running after this is stopped and reported (default 3600)")
+    p.add_argument("--jobs", "-j", type=int, default=1, metavar="N", help="gate N adapters at a time (default 1)")
+    p.add_argument("--isolate", choices=ISOLATION_LEVELS, default=ISOLATION_LEVELS[0],
+                   help="the plugin's --rs-isolate: 'property' (default) a child process per property; 'off' loads "
+                        "the library once, in the pytest process (faster; a crash then ends that adapter's run)")
+    p.add_argument("--fail-on", choices=FAIL_ON, default="failure",
+                   help="exit 1 on any failed or error cell (failure), on error cells only (error), or never")
+    p.set_defaults(func=cmd_releases)

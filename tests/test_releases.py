@@ -1,0 +1,148 @@
+"""`rs-verify releases` (rs_verify.frontends.releases, rs_verify.engine.releases) on a fake release,
+without the network: a wheel written here (`rsfakelib`, whose sampler is rs-verify's own
+reference), installed from a local directory with `--no-index` into a temporary cache, gated
+through the pytest plugin in a child process; a release that cannot be fetched, one the
+catalogue does not know and a sampler that cannot be loaded each become one cell of the table."""
+
+import base64
+import hashlib
+import json
+import zipfile
+
+import pytest
+
+from rs_verify.engine import releases as catalogue
+from rs_verify.frontends import cli
+from rs_verify.frontends.releases import LOAD_ERROR, Cell, exit_code, parse_junit
+
+SAMPLER = "from rs_verify.reference import ReferenceSampler\n\n\ndef make():\n    return ReferenceSampler()\n"
+
+
+def _wheel(directory, name="rsfakelib", version="1.0"):
+    """A minimal pure-Python wheel: `name/__init__.py`, `name/sampler.py` and its dist-info."""
+    files = {f"{name}/__init__.py": "", f"{name}/sampler.py": SAMPLER,
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                                  "Tag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{name}-{version}.dist-info/RECORD,,")
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, text in files.items():
+            z.writestr(p, text)
+        z.writestr(f"{name}-{version}.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+CATALOGUE = """
+["rsfakelib==1.0"]
+adapters = ["rsfakelib.sampler:make", "rsfakelib.sampler:missing"]
+pure_python = []
+env = { RS_FAKE_ENV = "1" }
+absent = { "rsfakelib.v1:Gone" = "rsfakelib 1.0 has no v1 (removed)" }
+
+["rsfakelib==2.0"]
+adapters = ["rsfakelib.sampler:make"]
+"""
+
+
+@pytest.fixture
+def fake(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels)
+    cat = tmp_path / "releases.toml"
+    cat.write_text(CATALOGUE)
+    return {"wheels": wheels, "catalogue": cat, "cache": tmp_path / "cache", "out": tmp_path / "out"}
+
+
+def _run(fake, *specs, extra=()):
+    code = cli.main(["releases", *specs, "--catalogue", str(fake["catalogue"]), "--cache", str(fake["cache"]),
+                     "--out", str(fake["out"]), "--find-links", str(fake["wheels"]), "--no-index",
+                     "-k", "output_invariants", "--max-examples", "3", *extra])
+    table = json.loads((fake["out"] / "releases.json").read_text())
+    return code, [Cell(**c) for c in table["cells"]]
+
+
+def test_a_fake_release_is_installed_and_each_adapter_gated(fake):
+    code, cells = _run(fake, "rsfakelib==1.0", extra=["--jobs", "2"])
+    by_adapter = {(c.adapter, c.property): c for c in cells}
+    assert by_adapter["rsfakelib.sampler:make", "output_invariants"].status == "passed"
+    missing = [c for c in cells if c.adapter == "rsfakelib.sampler:missing"]
+    assert len(missing) == 1 and missing[0].status == "error" and "cannot load the sampler" in missing[0].message
+    assert by_adapter["rsfakelib.v1:Gone", "-"].status == "skipped"
+    assert code == 1 and exit_code(cells, "never") == 0
+    site = fake["cache"] / "rsfakelib-1.0" / "site"
+    assert (site / "rsfakelib" / "sampler.py").is_file()
+    md = (fake["out"] / "releases.md").read_text()
+    assert "| rsfakelib==1.0 | `rsfakelib.sampler:make` | output_invariants | passed |" in md
+    # the cache is reused, even offline
+    installed = catalogue.install(catalogue.load_catalogue(fake["catalogue"])["rsfakelib==1.0"], fake["cache"],
+                                  offline=True)
+    assert installed.reused and installed.site == site
+
+
+def test_a_release_that_cannot_be_fetched_is_a_cell_not_a_crash(fake):
+    code, cells = _run(fake, "rsfakelib==2.0", "nolib==1.0")
+    assert [(c.release, c.status) for c in cells] == [("rsfakelib==2.0", "error"), ("nolib==1.0", "error")]
+    assert cells[0].message.startswith("cannot install rsfakelib==2.0") and "no entry in the catalogue" in cells[1].message
+    assert code == 1 and not (fake["cache"] / "rsfakelib-2.0" / "site").exists()
+    code, cells = _run(fake, "rsfakelib==2.0", extra=["--offline"])
+    assert cells[0].status == "skipped" and "not in the cache" in cells[0].message and code == 0
+
+
+def test_usage_errors():
+    with pytest.raises(catalogue.CatalogueError, match="name==version"):
+        catalogue.parse_spec("vllm>=0.33")
+    assert cli.main(["releases", "vllm"]) == 2
+    assert cli.main(["releases", "vllm==0.33.0", "--jobs", "0"]) == 2
+
+
+def test_the_packaged_catalogue_pins_everything():
+    known = catalogue.load_catalogue()
+    assert {"vllm==0.33.0", "vllm==0.34.0", "sglang==0.5.23"} <= set(known)
+    for release in known.values():
+        assert release.adapters and all(":" in a for a in release.adapters)
+        assert all("==" in pin for pin in release.pure_python)
+        assert not {p.split("==")[0] for p in release.pure_python} & {"torch", "triton", "numpy"}
+
+
+def test_a_malformed_catalogue_names_the_fault(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('["x==1"]\nadapter = []\n')
+    with pytest.raises(catalogue.CatalogueError, match="unknown keys"):
+        catalogue.load_catalogue(bad)
+    bad.write_text('["x==1"]\nadapters = "a:b"\n')
+    with pytest.raises(catalogue.CatalogueError, match="list of strings"):
+        catalogue.load_catalogue(bad)
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="" name="rs-verify::certified_equivalence" time="2.5">
+ <properties><property name="rs_verify_bundle" value="/b/cert.npz"/></properties>
+ <failure message="request 1, step 0: argmax diverges&#10;more">text</failure></testcase>
+<testcase classname="" name="rs-verify::chunked_equals_full" time="0.1">
+ <skipped type="pytest.skip" message="chunked_equals_full: needs internal chunking"/></testcase>
+<testcase classname="" name="rs-verify::output_invariants" time="1.0"/>
+</testsuite></testsuites>"""
+
+
+def test_junit_cells_and_a_load_error_reported_once(tmp_path):
+    installed = catalogue.Installed(catalogue.Release("lib==1", env={"A": ""}), tmp_path / "site")
+    path = tmp_path / "j.xml"
+    path.write_text(JUNIT)
+    cells = parse_junit(path, "lib==1", "m:a", installed)
+    assert [(c.property, c.status) for c in cells] == [("certified_equivalence", "failed"),
+                                                        ("chunked_equals_full", "skipped"),
+                                                        ("output_invariants", "passed")]
+    assert cells[0].message == "request 1, step 0: argmax diverges"
+    assert cells[0].replay == f"A='' PYTHONPATH={tmp_path / 'site'} rs-verify replay /b/cert.npz"
+    assert cells[1].message == "needs internal chunking"
+    load = "".join(f'<testcase name="rs-verify::p{i}"><failure message="{LOAD_ERROR} \'m:a\': ImportError: gone"/>'
+                   "</testcase>" for i in range(3))
+    path.write_text(f"<testsuites><testsuite>{load}</testsuite></testsuites>")
+    cells = parse_junit(path, "lib==1", "m:a", installed)
+    assert len(cells) == 1 and cells[0].status == "error" and cells[0].message.endswith("ImportError: gone")
