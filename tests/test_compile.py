@@ -127,6 +127,10 @@ def test_gate_catches_a_width_dependent_loop_carry(tmp_path):
     assert all(r.registers and r.local == 0 for r in after), after
 
 
+# The long run's input: the launches it compiles cover every axis (14,013 launches recorded and
+# specialized twice, 25 s of CPU here; 40 s on a loaded 2-core machine). The default run keeps the
+# worst-case specialization of each kernel (below).
+@pytest.mark.long
 def test_launches_cover_every_specialization_axis():
     """The recorded launches reach every dtype, draft mode, logprobs mode, integer width and, in the
     kernels that read or draw noise, stream family (and the explicit family's two resamples)."""
