@@ -221,6 +221,18 @@ def test_the_chunk_loop_adapter_says_what_it_needs(monkeypatch):
         VllmChunkedSampler()
 
 
+def test_the_masked_load_probe_is_right_where_the_interpreter_is(monkeypatch):
+    """float32 and float16 masked loads are right under the interpreter, so the probe says so; the
+    chunk-loop adapter drops bfloat16 only where the probe finds it wrong (Triton 3.9's interpreter)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the probe's kernel is decorated
+    vllm_convention.interpreter_masks_wrong.cache_clear()
+    try:
+        assert not vllm_convention.interpreter_masks_wrong("float32")
+        assert not vllm_convention.interpreter_masks_wrong("float16")
+    finally:
+        vllm_convention.interpreter_masks_wrong.cache_clear()
+
+
 def test_each_release_has_its_packages_pinned():
     """`releases.toml`: per vLLM release, the pinned packages it imports besides its wheel, its environment,
     and the MRV2 adapter among those that gate it."""

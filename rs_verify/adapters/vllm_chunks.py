@@ -45,6 +45,7 @@ from ..contract import methods
 from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..contract.validation import check_layout, validate as validate_batch
+from . import vllm_convention
 from .vllm import VllmSampler
 
 __all__ = ["REJECTION_SAMPLER_MODULE", "VllmChunkedSampler"]
@@ -128,6 +129,10 @@ class VllmChunkedSampler:
         self.apply = importlib.import_module(SAMPLER_MODULE).Sampler.apply_sampling_params
         params = inspect.signature(self.loop.RejectionSampler._verify_in_chunks).parameters
         self.logprobs_dims = "logprobs_dims" in params  # 0.34.0; 0.33.0 takes max_num_logprobs
+        if self.interpreted and vllm_convention.interpreter_masks_wrong("bfloat16"):
+            # The interpreter's masked bfloat16 loads are wrong (vllm_convention; docs/vllm.md): vLLM's
+            # logprob ranks from bfloat16 logits would fail on the interpreter, not on vLLM. On CUDA, all three.
+            self.logits_dtypes = self.logits_dtypes - {"bfloat16"}
 
     def unvalidated(self) -> "VllmChunkedSampler":
         return type(self)(validate=False, **self._options)

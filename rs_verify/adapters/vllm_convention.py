@@ -35,7 +35,7 @@ import sys
 import torch
 
 __all__ = ["DRAFT_LOGITS_CACHE_MODULE", "LOSSY", "PARAMETERS", "VLLM_MODULE", "bind", "draft_logits_cache",
-           "install_log1p", "load_rejection_sample", "prepare_environment", "refuse_lossy"]
+           "install_log1p", "interpreter_masks_wrong", "load_rejection_sample", "prepare_environment", "refuse_lossy"]
 
 VLLM_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 DRAFT_LOGITS_CACHE_MODULE = "vllm.v1.worker.gpu.spec_decode.draft_logits"
@@ -125,6 +125,29 @@ def install_log1p(module) -> None:
     current = getattr(module, "tldevice", None)
     if current is not None and not isinstance(current, _Libdevice):
         module.tldevice = _Libdevice(current)
+
+
+def _masked_load_count(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """How many lanes of `x[:n]` loaded with `other=-inf` compare above `x[0]` (0 when right)."""
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=float("-inf"))
+    tl.store(out_ptr, tl.sum((x > tl.load(x_ptr)).to(tl.int32)))
+
+
+@functools.cache
+def interpreter_masks_wrong(dtype: str = "bfloat16") -> bool:
+    """True when Triton's interpreter gives a masked `dtype` load with `other=-inf` values above a
+    real one (Triton 3.9, bfloat16: 15 of 16 lanes; float32 and float16: none). vLLM's
+    `_ranks_kernel` loads a row that way, so its logprob ranks from bfloat16 logits are wrong under
+    such an interpreter, never on a GPU (docs/vllm.md). Asked once per dtype, with a 16-lane kernel,
+    only under the interpreter."""
+    _log1p_jit()  # binds `tl` in this module's globals, which the interpreter reads
+    import triton  # noqa: PLC0415
+
+    kernel = triton.jit(_masked_load_count)
+    out = torch.zeros(1, dtype=torch.int32)
+    kernel[(1,)](torch.tensor([0.5], dtype=getattr(torch, dtype)), out, 1, BLOCK=16)
+    return int(out.item()) != 0
 
 
 def bind(fn, allow_defaults=()) -> list[str]:
