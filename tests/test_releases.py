@@ -15,7 +15,9 @@ from rs_verify.engine import releases as catalogue
 from rs_verify.frontends import cli
 from rs_verify.frontends.releases import LOAD_ERROR, Cell, exit_code, parse_junit
 
-SAMPLER = "from rs_verify.reference import ReferenceSampler\n\n\ndef make():\n    return ReferenceSampler()\n"
+# `make` declares (and has) a deviation, so the table's deviation section has a line to show.
+SAMPLER = ("from rs_verify.reference import ReferenceSampler\n\n\n"
+           "def make():\n    return ReferenceSampler(deviations=['empty_residual_token0'])\n")
 
 
 def _wheel(directory, name="rsfakelib", version="1.0"):
@@ -79,6 +81,14 @@ def test_a_fake_release_is_installed_and_each_adapter_gated(fake):
     assert (site / "rsfakelib" / "sampler.py").is_file()
     md = (fake["out"] / "releases.md").read_text()
     assert "| rsfakelib==1.0 | `rsfakelib.sampler:make` | output_invariants | passed |" in md
+    # per release and adapter, each declared deviation with what its rule decided (the plugin's summary)
+    done = {d["adapter"]: d for d in json.loads((fake["out"] / "releases.json").read_text())["exercised"]}
+    line = "empty_residual_token0 (SPEC section 11, replaces section 4): "
+    assert [d for d in done["rsfakelib.sampler:make"]["exercised"] if d.startswith("deviation ")][0].startswith(
+        "deviation " + line), done
+    assert not any("deselected" in d for d in done["rsfakelib.sampler:make"]["exercised"])  # pytest's tally is not
+    assert f"| rsfakelib==1.0 | `rsfakelib.sampler:make` | {line}" in md
+    assert "| rsfakelib==1.0 | `rsfakelib.sampler:missing` | none declared |" in md
     # the cache is reused, even offline
     installed = catalogue.install(catalogue.load_catalogue(fake["catalogue"])["rsfakelib==1.0"], fake["cache"],
                                   offline=True)

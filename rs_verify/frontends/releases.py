@@ -15,6 +15,10 @@ x property, is written as `releases.md` and `releases.json` into `--out`:
   that could not be loaded (the plugin fails every item with the same "cannot load" message:
   reported once), or a pytest run that ended without a report.
 
+Below the table, per release and adapter, what the plugin's summary said the run exercised: each
+declared deviation (SPEC 11) with the decisions its rule decided, or that it was never reached
+(the deviations a release needs), and what the sampler declared away.
+
 Exit status (`--fail-on`): `failure` (default) 1 on any failed or error cell; `error` 1 only on
 error cells (the releases' own known defects are findings, not breakage: `.ci/run` uses it);
 `never` 0. Usage errors exit 2.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -56,6 +61,36 @@ class Cell:
     message: str = ""  # a failure's first line, a skip's reason, an error's cause
     replay: str = ""  # the command that replays a failure from its bundle
     seconds: float = 0.0
+
+
+@dataclass
+class Exercised:
+    """What one adapter's run exercised, as the plugin's summary says it (its two sections): the
+    verification methods and parameters it answered, each declared deviation (SPEC 11) with the
+    decisions its rule decided or "never reached", and what the sampler declared away."""
+    release: str
+    adapter: str
+    exercised: list
+    not_exercised: list
+
+    def deviations(self) -> list:
+        return [line.removeprefix("deviation ") for line in self.exercised if line.startswith("deviation ")]
+
+
+PYTEST_TALLY = re.compile(r"^(\d+ \w+|no tests ran)(, \d+ \w+)* in [\d.]+s")  # "1 passed, 25 deselected in 3.20s"
+SECTIONS = {"exercised": "rs-verify: exercised", "not_exercised": "rs-verify: not exercised"}
+
+
+def summary_sections(output: str) -> dict:
+    """The lines of the plugin's two summary sections in a gate process's output."""
+    found, current = {k: [] for k in SECTIONS}, None
+    for line in output.splitlines():
+        title = line.strip("= ").strip()
+        if line.startswith("===") or PYTEST_TALLY.match(title):  # a new section, or pytest's last line
+            current = next((k for k, t in SECTIONS.items() if title.startswith(t)), None)
+        elif current and line.strip():
+            found[current].append(line.strip())
+    return found
 
 
 def first_line(text: str | None, width: int = 300) -> str:
@@ -126,8 +161,8 @@ def parse_junit(path: Path, release: str, adapter: str, installed: catalogue.Ins
 
 
 def gate_adapter(installed: catalogue.Installed, adapter: str, out: Path, *, profile: str, keyword: str | None,
-                 max_examples: int | None, timeout: float, isolate: str = "property") -> list[Cell]:
-    """Run the plugin on one adapter of an installed release; its cells."""
+                 max_examples: int | None, timeout: float, isolate: str = "property") -> tuple[list, Exercised]:
+    """Run the plugin on one adapter of an installed release; its cells and what it exercised."""
     release = installed.release.spec
     tag = f"{installed.release.name}-{installed.release.version}-{adapter.replace(':', '.').rsplit('.', 1)[-1]}"
     junit, bundles = out / "junit" / f"{tag}.xml", (out / "bundles" / tag).resolve()
@@ -144,16 +179,18 @@ def gate_adapter(installed: catalogue.Installed, adapter: str, out: Path, *, pro
             output, code = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as exc:
             output, code = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {timeout:g} s", None
-    log.write_text(output if isinstance(output, str) else output.decode(errors="replace"))
+    output = output if isinstance(output, str) else output.decode(errors="replace")
+    log.write_text(output)
     seconds = time.perf_counter() - start
+    done = Exercised(release, adapter, **summary_sections(output))
     if code in (0, 1) and junit.is_file():
-        return parse_junit(junit, release, adapter, installed)
+        return parse_junit(junit, release, adapter, installed), done
     last = [ln for ln in str(output).splitlines() if ln.strip()][-1:] or ["no output"]
     why = "no property selected (pytest exit 5)" if code == 5 else f"pytest exit {code}: {first_line(last[0])}"
-    return [Cell(release, adapter, "-", "error", f"{why} (log: {log})", "", seconds)]
+    return [Cell(release, adapter, "-", "error", f"{why} (log: {log})", "", seconds)], done
 
 
-def markdown(cells: list[Cell], meta: dict) -> str:
+def markdown(cells: list[Cell], meta: dict, done: list | None = None) -> str:
     lines = [f"# rs-verify releases ({meta['created']})", "",
              f"Profile `{meta['profile']}`" + (f", `-k {meta['keyword']}`" if meta.get("keyword") else "")
              + (f", at most {meta['max_examples']} examples" if meta.get("max_examples") else "")
@@ -166,14 +203,25 @@ def markdown(cells: list[Cell], meta: dict) -> str:
         lines.append(f"| {c.release} | `{c.adapter}` | {c.property} | {c.status} | {detail} |")
     counts = {s: sum(c.status == s for c in cells) for s in STYLE}
     lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells", ""]
+    if done:
+        lines += ["## Declared deviations (SPEC 11), per release and adapter", "",
+                  "| release | adapter | deviation: decisions its rule decided |", "|---|---|---|"]
+        lines += [f"| {d.release} | `{d.adapter}` | {'<br>'.join(d.deviations()) or 'none declared'} |" for d in done]
+        lines += ["", "## Exercised and declared away, per adapter", ""]
+        for d in done:
+            lines += [f"- {d.release} `{d.adapter}`:"]
+            lines += [f"  - {line}" for line in d.exercised]
+            lines += [f"  - not exercised: {line}" for line in d.not_exercised]
+        lines.append("")
     return "\n".join(lines)
 
 
-def write(cells: list[Cell], out: Path, meta: dict) -> dict:
+def write(cells: list[Cell], out: Path, meta: dict, done: list | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "releases.md", "json": out / "releases.json"}
-    paths["markdown"].write_text(markdown(cells, meta))
-    paths["json"].write_text(json.dumps({"meta": meta, "cells": [asdict(c) for c in cells]}, indent=1))
+    paths["markdown"].write_text(markdown(cells, meta, done))
+    paths["json"].write_text(json.dumps({"meta": meta, "cells": [asdict(c) for c in cells],
+                                         "exercised": [asdict(d) for d in done or []]}, indent=1))
     return paths
 
 
@@ -227,13 +275,18 @@ def cmd_releases(args) -> int:
         runs = [pool.submit(gate_adapter, i, a, out, profile=args.profile, keyword=args.k,
                             max_examples=args.max_examples, timeout=args.timeout, isolate=args.isolate)
                 for i, a in gates]
+        done = []
         for run in as_completed(runs):
-            add(run.result())
+            new, exercised = run.result()
+            add(new)
+            done.append(exercised)
     cells.sort(key=lambda c: (args.specs.index(c.release) if c.release in args.specs else 0))
     meta = {"releases": args.specs, "profile": args.profile, "keyword": args.k, "max_examples": args.max_examples,
             "cache": str(root), "device": os.environ.get("RS_VERIFY_DEVICE") or "auto",
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    paths = write(cells, out, meta)
+    order = {g: n for n, g in enumerate((i.release.spec, a) for i, a in gates)}
+    done.sort(key=lambda d: order.get((d.release, d.adapter), 0))
+    paths = write(cells, out, meta, done)
     console.print(f"table: {paths['markdown']}, {paths['json']}", highlight=False, markup=False)
     return exit_code(cells, args.fail_on)
 
