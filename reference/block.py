@@ -25,7 +25,7 @@ from rs_verify.contract.block import BlockResult, first_padded, nan_steps, prefi
 from rs_verify.contract.scratch import Scratch
 
 from .logits import softmax_parts
-from .trace import Decision, token_scale
+from .trace import FREE, Q_FREE_LOG, Decision, token_scale
 
 __all__ = ["block_decisions", "verify_block"]
 
@@ -46,8 +46,9 @@ def verify_block(slab, reqs: np.ndarray, d_safe: np.ndarray) -> dict:
 
     Returns `tau` and `log_scale` (`log P_{tau-1}`, 0 for `tau == 0`) per request of `reqs`, and
     `result` (the `BlockResult`), `u` (the uniforms, float64 `[len(reqs), K]`, NaN at unverified
-    steps) and `ruled` (`(name, bool [len(reqs), K])`: the steps a declared `"block_prefix"` deviation
-    decided, or None).
+    steps), `ruled` (`(name, bool [len(reqs), K])`: the steps a declared `"block_prefix"` deviation
+    decided, or None) and `free_from` (per request, the first verified step whose `q_i(d_i)` is below
+    `2**-126`, SPEC 4b; `K` when none).
     """
     nb, k, vp = reqs.size, slab.b.k, slab.vp
     where = np.full(slab.nreq, -1, np.int64)
@@ -78,6 +79,15 @@ def verify_block(slab, reqs: np.ndarray, d_safe: np.ndarray) -> dict:
     dev = slab.b.deviations.at("block_prefix")
     log_prefix = prefix_ratios(log_pd, log_qd, m, None if dev is None else dev.rule("block_prefix"))
     ruled = None if dev is None else (dev.name, nan_steps(log_pd, log_qd, log_prefix, m))
+    # SPEC 4b: from the first verified step whose q_i(d_i) > 0 lies below 2**-126 (a float32 sampler
+    # reads it as 0, and P_i with it), the block's decisions are free.
+    free_from = np.full(nb, k, np.int64)
+    if log_qd is not None:
+        with np.errstate(invalid="ignore"):
+            low = (log_qd < Q_FREE_LOG) & (log_pd > -np.inf) & (np.arange(k)[None, :] < m[:, None])
+        hit = low.any(axis=1)
+        if hit.any():
+            free_from[hit] = np.argmax(low[hit], axis=1)
 
     # Z_{i+1} at the rows of steps 1 <= i + 1 < m, with P_i of the step before.
     z = np.full((nb, k), np.nan)
@@ -95,14 +105,16 @@ def verify_block(slab, reqs: np.ndarray, d_safe: np.ndarray) -> dict:
             z[ri[zs], st[zs] - 1] = w.sum(axis=1)
     result = BlockResult(m=m, log_prefix=log_prefix, h=thresholds(log_prefix, z, m), z=z)
     tau = result.tau(u)
-    return {"tau": tau, "log_scale": result.residual_log_scale(tau), "result": result, "u": u, "ruled": ruled}
+    return {"tau": tau, "log_scale": result.residual_log_scale(tau), "result": result, "u": u, "ruled": ruled,
+            "free_from": free_from}
 
 
 def block_decisions(slab, r: int, blk: dict, bi: int) -> list[Decision]:
     """The "block" decisions of slab-local request `r` (block-request index `bi`): one per verified
     step `i < m`, `accepted = u_i <= h_i`, margin `log h_i - log u_i`, scale
     `max(1, |log u_i|, |log P_i|, |log h_i|)` over the finite terms; `deviation`: the declared
-    deviation that decided `log P_i` (SPEC 11), else empty."""
+    deviation that decided `log P_i` (SPEC 11), else empty; `what`: `FREE` from the first step whose
+    `q_i(d_i)` is below `2**-126` (SPEC 4b leaves those decisions free)."""
     res = blk["result"]
     mi = int(res.m[bi])
     u = blk["u"][bi, :mi]
@@ -116,6 +128,8 @@ def block_decisions(slab, r: int, blk: dict, bi: int) -> list[Decision]:
     accepted = u <= h
     base = int(slab.cu[r])
     name, ruled = blk["ruled"] or ("", np.zeros((bi + 1, mi), bool))
+    free = int(blk["free_from"][bi])
     return [Decision(slab.ra + r, i, slab.lo + base + i, "block", int(slab.d[base + i]), bool(accepted[i]),
-                     float(margin[i]), None, float(scale[i]), deviation=name if ruled[bi, i] else "")
+                     float(margin[i]), None, float(scale[i]), what=FREE if i >= free else "",
+                     deviation=name if ruled[bi, i] else "")
             for i in range(mi)]

@@ -35,13 +35,9 @@ from .block import block_decisions, verify_block
 from .logits import divide, row_layout, softmax_parts
 from .logprobs import slab_logprobs
 from .masks import mask_decisions, mask_slab
-from .trace import slab_traces, token_scale
+from .trace import Q_FREE_LOG, slab_traces, token_scale
 
 __all__ = ["Slab", "accept", "resample", "verify_slab"]
-
-#: `log 2**-126`: a draft whose `q(d)` is below float32's smallest normal number may be accepted
-#: or rejected (SPEC 4): float32 samplers read it as 0.
-Q_FREE_LOG = -126 * np.log(2.0)
 
 _Z = Scratch("reference slab: processed target logits z [rows, V']")
 _ACC_Z = Scratch("reference acceptance: z of the stochastic draft rows")

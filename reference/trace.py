@@ -28,10 +28,14 @@ import numpy as np
 from . import inverse_cdf
 from .logits import log_softmax64
 
-__all__ = ["FREE", "Decision", "RequestTrace"]
+__all__ = ["FREE", "Q_FREE_LOG", "Decision", "RequestTrace"]
 
-#: `Decision.what` of an acceptance test SPEC 4 leaves free (a draft with `q(d)` 0 or below `2**-126`).
+#: `Decision.what` of an acceptance test SPEC 4 leaves free (a draft with `q(d)` 0 or below `2**-126`),
+#: and of a block decision SPEC 4b leaves free (at or after such a draft's step).
 FREE = "q_zero"
+#: `log 2**-126`: a draft whose `q(d)` is below float32's smallest normal number may be accepted
+#: or rejected (SPEC 4; in a block, 4b): float32 samplers read it as 0.
+Q_FREE_LOG = -126 * np.log(2.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,7 +72,8 @@ class Decision:
     - `scales`: argmax and residual: float64 `[V']`, `L` over the branch's best token and
       each candidate production token `x`. None for mask, accept and block decisions.
     - `what`: mask: the parameter, `"min_p"`, `"top_k"` or `"top_p"`; accept: `"q_zero"` (`FREE`)
-      for a draft whose `q(d)` is 0 or below `2**-126`, a test SPEC 4 leaves free; argmax and residual of an
+      for a draft whose `q(d)` is 0 or below `2**-126`, a test SPEC 4 leaves free; block: `"q_zero"` at and
+      after the first step whose `q_i(d_i)` is below `2**-126` (SPEC 4b); argmax and residual of an
       inverse-CDF resample (SPEC 4): `"inverse_cdf"`, whose `gaps` are the boundary distances of
       `reference.inverse_cdf` (excused within `rs_verify.contract.explicit.inverse_cdf_tolerance`, SPEC 8, `scales` all 1);
       `""` otherwise.

@@ -11,7 +11,9 @@ from scipy import stats
 
 from test_reference import NEG, _naive, make_batch, one_hot_rows, random_batch
 from rs_verify.reference import ReferenceSampler, acceptance_uniforms, gumbel_noise
-from rs_verify.contract import philox, probs
+from rs_verify.contract import explicit, philox, probs
+from rs_verify.contract.batch import SamplerOutput, SpecBatch
+from rs_verify.properties.decisions import compare_decisions
 from rs_verify.contract.block import block_quantities, tau_law, thresholds
 from rs_verify.contract.chunking import select_requests
 
@@ -376,3 +378,49 @@ def test_block_is_independent_of_slabs_chunks_and_order():
         perm = np.random.default_rng(1).permutation(b.num_reqs)
         out = SAMPLER(select_requests(b, perm))
         assert [out.request(i) for i in range(b.num_reqs)] == [full.request(int(r)) for r in perm]
+
+
+def _underflowing_block(u0: float) -> SpecBatch:
+    """One request, model drafts (d_0, d_1) = (1, 2), explicit noise: q_0 = p_0 uniform over 4 tokens
+    (P_0 = 1, so h_0 = Z_1 / Z_1 = 1 unless Z_1 = 0); q_1(d_1) = e**-200 / (3 + e**-200), below
+    2**-126, with p_1(d_1) = 1/4: the float64 P_1 is 1, a float32 sampler's 0/0 is anything."""
+    x = np.zeros((3, 4), np.float32)
+    dl = np.zeros((1, 2, 4), np.float32)
+    dl[0, 0] = (0.0, 0.0, -1.0, -1.0)  # q_0(1) = 1 / (2 + 2 / e) > p_0(1) = 1/4: P_0 < 1, Z_1 > 0
+    dl[0, 1, 2] = -200.0
+    b = SpecBatch(target_logits=x, draft_logits=dl, draft_token_ids=np.array([0, 1, 2], np.int64),
+                  cu_num_logits=np.array([0, 3], np.int32), pos=np.array([3, 4, 5], np.int64),
+                  idx_mapping=np.array([0], np.int32), temperature=np.ones(1, np.float32),
+                  seeds=np.array([9], np.int64), num_speculative_steps=2, verification="block")
+    return explicit.filled(b).replace(accept_uniforms=np.array([u0, 0.5, 0.5]))
+
+
+def _output(tokens) -> SamplerOutput:
+    sampled = np.full((1, 3), -1, np.int64)
+    sampled[0, : len(tokens)] = tokens
+    return SamplerOutput(sampled=sampled, num_sampled=np.array([len(tokens)], np.int32))
+
+
+def test_block_decisions_after_an_underflowing_q_are_free():
+    """SPEC 4b: from the step whose q_i(d_i) is below 2**-126 the block decisions, and a residual resample
+    after them, are free (SGLang's probability-space kernel reads the ratio as 0 / 0); the decisions before
+    it, and the bonus, stay certified."""
+    oracle = ReferenceSampler(streams="explicit")
+    for u0 in (0.01, 0.999):  # step 0 accepted, then rejected, by the reference
+        b = _underflowing_block(u0)
+        ref, traces = oracle.verify_with_trace(b)
+        blocks = [d for d in traces[0].decisions if d.kind == "block"]
+        assert [d.what for d in blocks] == ["", "q_zero"] and ref.num_sampled[0] == 3  # h_1 = P_1 = 1
+        # a float32 sampler rejecting step 1 (tau = 1 or 0), whatever it resamples there: free, not failed
+        stop = [1, 3] if blocks[0].accepted else [0]
+        cmp = compare_decisions(b, _output(stop), traces, reference=oracle)
+        assert not cmp.failed and len(cmp.free) == 1 and cmp.free[0].step == 1
+        # the bonus after an accepted block draws from p alone: another bonus token still fails
+        wrong_bonus = [*ref.request(0)[:2], (ref.request(0)[2] + 1) % 4]
+        assert compare_decisions(b, _output(wrong_bonus), traces, reference=oracle).failed
+    # a divergence before the free step is certified as before: step 0 taken the other way fails
+    b = _underflowing_block(0.999)
+    _, traces = oracle.verify_with_trace(b)
+    assert not traces[0].decisions[0].accepted
+    failed = compare_decisions(b, _output([1, 0]), traces, reference=oracle).failed
+    assert failed and failed[0].step == 0 and failed[0].kind == "block"

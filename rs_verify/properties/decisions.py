@@ -60,6 +60,7 @@ class Divergence:
     tolerance: float
     excused: bool
     note: str = ""
+    free: bool = False  # SPEC 4b: a block decision (or the token after it) left free by a q_i(d_i) below 2**-126
 
     def describe(self) -> str:
         return (f"request {self.request}, step {self.step}: {_WHAT[self.kind]} diverges: reference token "
@@ -75,6 +76,7 @@ class Comparison:
 
     divergences: list = field(default_factory=list)
     stochastic: int = 0
+    free: list = field(default_factory=list)  # SPEC 4b's free block decisions that differed (not failures)
 
     @property
     def excused(self) -> list:
@@ -176,6 +178,15 @@ def _block_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | No
         return Divergence(r, bad, "prefix", ref[bad] if bad < len(ref) else None, prod[bad], np.inf, 0.0, False,
                           note="; block verification emits the drafts d_0..d_{tau-1} then one more token"), bad
     blocks = sorted((d for d in trace.decisions if d.kind == "block"), key=lambda d: d.step)
+    # SPEC 4b: from the first step whose q_i(d_i) is below 2**-126, P_i is a float32 sampler's to read
+    # as 0: the block decisions from there, and a residual resample after them, are free (the bonus
+    # and a padded step's resample draw from p alone and stay certified).
+    free_at = next((d.step for d in blocks if getattr(d, "what", "") == FREE), None)
+
+    def free(step: int, kind: str, ref_tok, prod_tok) -> Divergence:
+        return Divergence(r, step, kind, ref_tok, prod_tok, np.nan, 0.0, True, free=True,
+                          note=f"; free: step {free_at}'s q(d) is below 2**-126 (SPEC 4b)")
+
     if tau != tau_ref:
         if tau < 0 or tau > len(blocks):
             return Divergence(r, max(tau, 0), "length", None, None, np.inf, 0.0, False,
@@ -187,6 +198,8 @@ def _block_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | No
             dec = blocks[i]
             if dec.accepted == want:
                 continue
+            if free_at is not None and i >= free_at:
+                return free(i, "block", ref[min(i, tau_ref)], prod[min(i, tau)]), i
             tol = eps * dec.scale
             div = Divergence(r, i, "block", ref[min(i, tau_ref)], prod[min(i, tau)], dec.margin, tol,
                              abs(dec.margin) <= tol, note=f"; tau {tau} vs the reference's {tau_ref}")
@@ -196,6 +209,8 @@ def _block_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | No
         return first, max(tau, tau_ref)
     if prod[tau] == ref[tau]:
         return None, tau
+    if free_at is not None and free_at < tau < len(blocks):  # a residual scaled by P_{tau-1}: free too
+        return free(tau, "argmax", ref[tau], prod[tau]), tau
     return _final_divergence(r, tau, trace, ref[tau], prod[tau], eps), tau
 
 
@@ -303,6 +318,10 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
         drafts = batch.draft_tokens(r)
         compare = _block_divergence if block and not greedy else _token_divergence
         div, last = compare(r, trace, drafts, ref, prod, eps)
+        if div is not None and div.free:  # SPEC 4b: not compared from the free step on
+            result.free.append(div)
+            result.stochastic += _stochastic_compared(trace, div.step - 1, greedy)
+            continue
         free = div is not None and div.kind == "accept" and getattr(_at_step(trace, div.step, "accept"), "what", "") == FREE
         again = _free_choice(batch, out, r, div, eps, reference, decided or {}) if free else None
         if again is not None:
