@@ -43,7 +43,7 @@ import numpy as np
 from rs_verify.contract.methods import BLOCK, TOKEN
 
 from .contents import Contents
-from .edges import SATURATED_DRAFT_GAP, knob_step
+from .edges import SATURATED_DRAFT_GAP
 from .logits import ONE_HOT_GAP
 
 NEAR_DELTA = (2e-3, 0.25)  # |log h - log u| targets of "near": the low end times L (SPEC 8's scale)

@@ -19,8 +19,9 @@ from rs_verify.contract import block as spec_block
 from rs_verify.contract import probs
 
 from rs_verify.contract.masks import MaskResult
+from rs_verify.contract.streams import PLAIN
 
-from .facts import STREAMS, masked_probs, masked_rows, uniforms
+from .facts import STREAMS, block_uniforms, masked_probs, masked_rows
 from .logits import round_to_dtype
 
 OFF = {"min_p": 0.0, "top_k": 0, "top_p": 1.0}  # each parameter's canonical "off" (SPEC section 2)
@@ -54,6 +55,7 @@ class Contents:
     protected: set = field(default_factory=set)
     designated: int | None = None  # a block batch's request kept for a rescue or a partial block
     family: object = STREAMS  # the stream family whose acceptance uniforms the tilts aim at
+    block_seed: str = PLAIN  # how its block steps key their uniforms (SPEC 3b)
     _u: dict = field(default_factory=dict, repr=False)
     _mz: dict = field(default_factory=dict, repr=False)
 
@@ -107,7 +109,8 @@ class Contents:
                                           np.asarray([n]))
         if r not in self._u:  # seeds and positions never change: the uniforms once per request
             lo = self.lo(r)
-            self._u[r] = uniforms(np.full(n, self.seeds[int(self.idx[r])]), self.pos[lo : lo + n], self.family)
+            self._u[r] = block_uniforms(np.full(n, self.seeds[int(self.idx[r])]), self.pos[lo : lo + n], np.arange(n),
+                                        self.family, self.block_seed)
         return res, p, q, self._u[r]
 
     def put(self, j: int, tokens, value) -> None:

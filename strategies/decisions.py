@@ -54,7 +54,7 @@ from hypothesis.errors import InvalidArgument
 
 from rs_verify.contract.batch import LOGITS_DTYPES, SpecBatch
 from rs_verify.contract.methods import BLOCK, TOKEN
-from rs_verify.contract.streams import StreamFamily, family as family_of
+from rs_verify.contract.streams import PLAIN, StreamFamily, family as family_of
 
 from . import edges
 from .batches import DRAFT_MODES, LOGPROBS_CHOICES, check_common, row_offsets, row_positions, state_seeds
@@ -109,6 +109,7 @@ def decision_batches(
     verifications: Sequence[str] = (TOKEN.name,),
     sampling_params: Sequence[str] = (),
     streams: str | StreamFamily = STREAMS.name,
+    block_seed: str = PLAIN,
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
 
@@ -161,6 +162,8 @@ def decision_batches(
       sum or at the top.
       Draws of triton-philox keep
       their random choices (the block tilts' p = q = 0 step takes one more when -inf is allowed).
+    * `block_seed`: how the sampler keys block step `i`'s acceptance uniform (SPEC 3b; "plain" or
+      "step", one the family offers): the block tilts aim at those uniforms and the labels read them.
     * With either allowed, a draw whose structure left out padding, saturation or parameters
       gets them one time in three from the content generator (Hypothesis's generate phase
       shares structural draws across families of examples). With neither allowed, the draws
@@ -180,6 +183,10 @@ def decision_batches(
         cfg["family"] = family_of(streams)
     except KeyError as exc:
         raise InvalidArgument(f"streams={streams!r}: {exc.args[0]}") from None
+    if block_seed not in cfg["family"].block_seeds:
+        raise InvalidArgument(f"block_seed={block_seed!r}: the stream family {cfg['family'].name!r} draws the block "
+                              f"seeds {list(cfg['family'].block_seeds)} (SPEC 3b)")
+    cfg["block_seed"] = block_seed
     allowed = {"greedy", "one", "random"} if "mixed" in cfg["temperatures"] else set(cfg["temperatures"])
     cfg["kinds"] = tuple((k, w) for k, w in REQUEST_KINDS if k in allowed)
     return _decision_batches(cfg)
@@ -341,7 +348,8 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     if params_on or verification == BLOCK.name:
         c = Contents(target=target, draft=draft, draft_ids=draft_ids, cu=cu, idx=idx, temps=temps, n_r=n_r, v=v_eff,
                      dtype=dtype, bounds=bounds, seeds=seeds_arr, pos=pos, masked=masked, stochastic=stochastic,
-                     block_mode=verification == BLOCK.name, family=cfg["family"], inf_allowed=cfg["masks"])
+                     block_mode=verification == BLOCK.name, family=cfg["family"], block_seed=cfg["block_seed"],
+                     inf_allowed=cfg["masks"])
         if params_on:
             plant_params(rng, c, cfg["sampling_params"], V, mode)
         if verification == BLOCK.name:
@@ -371,5 +379,5 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     batch = plant_stream_edges(rng, batch, cfg["family"], bounds)
     batch = plant_explicit_edges(rng, batch, cfg["family"])
     label_structure(batch, mode, dtype, "per request", kinds, patterns, lp_mode, masked, idx)
-    label_decisions(batch, cfg["block_sizes"], cfg["family"])
+    label_decisions(batch, cfg["block_sizes"], cfg["family"], cfg["block_seed"])
     return batch

@@ -32,6 +32,7 @@ from hypothesis import event
 
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.methods import BLOCK
+from rs_verify.contract.streams import PLAIN
 
 from .block_events import (BLOCK_EXTRA_KNOBS, BLOCK_KNOBS, block_decisions, block_k_knob, block_knobs_of,
                            block_near_ties)
@@ -77,8 +78,8 @@ class Test:
     empty_residual: bool  # rejected model draft whose max(p - q, 0) has no positive mass
 
 
-def _facts(batch, family=STREAMS) -> Facts:
-    return batch if isinstance(batch, Facts) else batch_facts(batch, family)
+def _facts(batch, family=STREAMS, block_seed=PLAIN) -> Facts:
+    return batch if isinstance(batch, Facts) else batch_facts(batch, family, block_seed)
 
 
 def acceptance_tests(batch: SpecBatch | Facts) -> list[Test]:
@@ -131,11 +132,11 @@ def _bonus_rows(f: Facts, tests) -> list[tuple[int, int]]:
     return [(int(r), int(cu[r] + n[r])) for r in np.flatnonzero(f.stochastic) if accepted.get(int(r), 0) == n[r]]
 
 
-def decision_knobs(batch: SpecBatch | Facts, block_sizes=(), family=STREAMS) -> set[str]:
+def decision_knobs(batch: SpecBatch | Facts, block_sizes=(), family=STREAMS, block_seed=PLAIN) -> set[str]:
     """The knobs of `DECISION_KNOBS`, `BLOCK_KNOBS`, `PARAM_KNOBS`, `STREAM_KNOBS` and `EXPLICIT_KNOBS` (and
-    `block_knobs(b)` for `b` in `block_sizes`) the batch has, read in stream family `family` (the
-    facts' own when `batch` is a `Facts`)."""
-    f = _facts(batch, family)
+    `block_knobs(b)` for `b` in `block_sizes`) the batch has, read in stream family `family` with its
+    block steps keyed by `block_seed` (the facts' own when `batch` is a `Facts`)."""
+    f = _facts(batch, family, block_seed)
     batch = f.batch
     tests = acceptance_tests(f)
     real = [t for t in tests if not t.padded and t.probability > 0]
@@ -193,10 +194,11 @@ def _bucket(n: int) -> str:
     return "0" if n == 0 else "1-3" if n <= 3 else "4-9" if n <= 9 else "10+"
 
 
-def label_decisions(batch: SpecBatch, block_sizes=(), family=STREAMS) -> None:
-    """`hypothesis.event` for every decision knob the batch has (read in stream family `family`) and
-    its count of decisions, its verification method and the sampling parameters it carries."""
-    f = batch_facts(batch, family)
+def label_decisions(batch: SpecBatch, block_sizes=(), family=STREAMS, block_seed=PLAIN) -> None:
+    """`hypothesis.event` for every decision knob the batch has (read in stream family `family`, block
+    steps keyed by `block_seed`) and its count of decisions, its verification method and the sampling
+    parameters it carries."""
+    f = batch_facts(batch, family, block_seed)
     for knob in sorted(decision_knobs(f, block_sizes)):
         event(knob)
     event(f"stochastic acceptance decisions: {_bucket(stochastic_decisions(f))}")

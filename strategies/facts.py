@@ -21,7 +21,7 @@ from rs_verify.contract import probs
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.contract.masks import MaskResult, RowParams, apply_masks, batch_masks
 from rs_verify.contract.methods import BLOCK
-from rs_verify.contract.streams import StreamFamily, family as family_of
+from rs_verify.contract.streams import PLAIN, StreamFamily, family as family_of
 from rs_verify.contract.triton_philox import TRITON_PHILOX
 
 # The default stream family the strategies plant decisions at and label with; the batch strategies'
@@ -77,6 +77,14 @@ def uniforms(seeds, pos, family: StreamFamily = STREAMS) -> np.ndarray:
     return family.uniforms(seeds, pos).astype(np.float64)
 
 
+def block_uniforms(seeds, pos, steps, family: StreamFamily = STREAMS, block_seed: str = PLAIN) -> np.ndarray:
+    """The acceptance uniforms of block steps `steps` at `(seeds, pos)` (SPEC 3b, 4b): `uniforms`
+    under the plain block seed, else keyed by the step-mixed seed the family declares."""
+    if block_seed == PLAIN:
+        return uniforms(seeds, pos, family)
+    return family.block_uniforms(seeds, pos, steps, block_seed).astype(np.float64)
+
+
 def gumbel_noise(seed, pos, v: int, family: StreamFamily = STREAMS) -> np.ndarray:
     """SPEC section 3's resampling noise `G_x` of one row in `family` (float64 `[v]`)."""
     return family.gumbel([seed], [pos], v)[0]
@@ -109,8 +117,9 @@ def per_request(batch: SpecBatch, a: np.ndarray, steps: int, fill=0) -> np.ndarr
     return a[rows]
 
 
-def batch_facts(batch: SpecBatch, family: StreamFamily | str = STREAMS) -> Facts:
-    """The facts of `batch` (see `Facts`) in stream family `family` (a record or a registered name)."""
+def batch_facts(batch: SpecBatch, family: StreamFamily | str = STREAMS, block_seed: str = PLAIN) -> Facts:
+    """The facts of `batch` (see `Facts`) in stream family `family` (a record or a registered name);
+    a block batch's step uniforms keyed by `block_seed` (SPEC 3b)."""
     family = family_of(family)
     v = batch.effective_vocab_size
     states = np.asarray(batch.idx_mapping, np.int64)
@@ -140,5 +149,10 @@ def batch_facts(batch: SpecBatch, family: StreamFamily | str = STREAMS) -> Facts
                 empty = np.zeros((batch.num_reqs, 0))
                 res = spec_block.BlockResult(m=np.zeros(batch.num_reqs, np.int64), log_prefix=empty, h=empty, z=empty)
             u_steps = per_request(batch, u, k)
+            if block_seed != PLAIN and k:  # step i's uniform under the step-mixed seed (SPEC 3b)
+                seeds = per_request(batch, np.asarray(batch.seeds)[probs.row_states(batch)], k)
+                pos = per_request(batch, np.asarray(batch.pos), k)
+                u_steps = block_uniforms(seeds, pos, np.broadcast_to(np.arange(k), seeds.shape), family,
+                                         block_seed).reshape(seeds.shape)
             facts.update(block=res, u_steps=u_steps, tau=res.tau(u_steps))
     return Facts(**facts)

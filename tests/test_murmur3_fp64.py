@@ -137,6 +137,29 @@ def test_reference_block_seed_changes_only_later_steps():
     assert differ > 0
 
 
+def test_the_strategies_read_the_declared_block_seed():
+    """A step-seeded sampler's batches are tilted and labelled in its block uniforms (SPEC 3b): the
+    record narrows the strategies to its block seed, the facts' step uniforms are the step-keyed
+    ones (step 0 shares the plain seed), and a block seed the family does not draw is refused."""
+    from hypothesis.errors import InvalidArgument
+
+    from strategies import decision_batches
+    from strategies.facts import batch_facts
+
+    assert SamplerRecord(name="m", streams="murmur3", block_seed="step").strategy_kwargs()["block_seed"] == "step"
+    assert "block_seed" not in SamplerRecord(name="m", streams="murmur3").strategy_kwargs()
+    b = _block_batch(np.random.default_rng(5))
+    k, cu = b.num_speculative_steps, b.cu_num_logits
+    rows = (cu[:-1, None] + np.arange(k)[None, :]).ravel()
+    want = murmur3.MURMUR3.block_uniforms(np.repeat(b.seeds, k), b.pos[rows], np.tile(np.arange(k), b.num_reqs), "step")
+    step = batch_facts(b, "murmur3", "step").u_steps
+    plain = batch_facts(b, "murmur3").u_steps
+    assert np.array_equal(step.ravel(), want.astype(np.float64))
+    assert np.array_equal(step[:, 0], plain[:, 0]) and not np.array_equal(step[:, 1:], plain[:, 1:])
+    with pytest.raises(InvalidArgument, match="block_seed"):
+        decision_batches(streams="triton-philox", block_seed="step").example()
+
+
 def test_an_unknown_stream_draws_no_noise():
     """The kernels choose noise in one place (`streams.resample_noise`): a STREAM it does not know fails
     instead of drawing another family's noise (here under the interpreter; compiled, it fails to compile)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 import types
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 from ..contract import methods
@@ -142,6 +142,8 @@ class SamplerRecord:
             # The tilts aim at the family's uniforms, the labels read its noise, its edges are planted
             # (explicit, SPEC 3c: written into the drawn batch; the call fills what a batch lacks).
             kw["streams"] = fam.name if stream_families.registered(fam) else fam
+        if self.block_seed != stream_families.PLAIN:  # the block tilts aim at the step-keyed uniforms (SPEC 3b)
+            kw["block_seed"] = self.block_seed
         return kw
 
     def fit(self, batch: SpecBatch) -> SpecBatch:
