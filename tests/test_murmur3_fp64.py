@@ -10,6 +10,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from hypothesis.errors import InvalidArgument
 
 from rs_verify.contract import murmur3, murmur3_fp64, streams
 from rs_verify.contract.batch import SpecBatch
@@ -17,6 +18,8 @@ from rs_verify.contract.triton_philox import TRITON_PHILOX
 from rs_verify.harness.record import DeclarationError, SamplerRecord
 from rs_verify.reference import ReferenceSampler
 from rs_verify.triton_sampler.streams import resample_key, resample_noise
+from strategies import decision_batches
+from strategies.facts import batch_facts
 
 mmh3 = pytest.importorskip("mmh3")
 
@@ -141,11 +144,6 @@ def test_the_strategies_read_the_declared_block_seed():
     """A step-seeded sampler's batches are tilted and labelled in its block uniforms (SPEC 3b): the
     record narrows the strategies to its block seed, the facts' step uniforms are the step-keyed
     ones (step 0 shares the plain seed), and a block seed the family does not draw is refused."""
-    from hypothesis.errors import InvalidArgument
-
-    from strategies import decision_batches
-    from strategies.facts import batch_facts
-
     assert SamplerRecord(name="m", streams="murmur3", block_seed="step").strategy_kwargs()["block_seed"] == "step"
     assert "block_seed" not in SamplerRecord(name="m", streams="murmur3").strategy_kwargs()
     b = _block_batch(np.random.default_rng(5))
