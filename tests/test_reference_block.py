@@ -402,7 +402,8 @@ def _output(tokens) -> SamplerOutput:
 
 
 def test_block_decisions_after_an_underflowing_q_are_free():
-    """SPEC 4b: from the step whose q_i(d_i) is below 2**-126 the block decisions, and a residual resample
+    """SPEC 4 frees the test of a draft whose q(d) is below 2**-126; read for block steps (section 4b is
+    silent): from the step whose q_i(d_i) is below 2**-126 the block decisions, and a residual resample
     after them, are free (SGLang's probability-space kernel reads the ratio as 0 / 0); the decisions before
     it, and the bonus, stay certified."""
     oracle = ReferenceSampler(streams="explicit")

@@ -159,7 +159,7 @@ def certified_equivalence(ctx, drawn) -> None:
     n_excused = len(cmp.excused)
     event(f"excused divergences: {min(n_excused, 3)}{'+' if n_excused >= 3 else ''}")
     ctx.count("excused", n_excused)
-    ctx.count("free_block_decisions", len(cmp.free))  # SPEC 4b: after a q_i(d_i) below 2**-126, not certified
+    ctx.count("free_block_decisions", len(cmp.free))  # after a q_i(d_i) below 2**-126: SPEC 4 read for 4b
     ctx.count("stochastic_decisions", cmp.stochastic)
     try:
         certify(cmp, batch=drawn, note=copies_note(drawn))

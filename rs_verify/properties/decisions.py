@@ -60,7 +60,7 @@ class Divergence:
     tolerance: float
     excused: bool
     note: str = ""
-    free: bool = False  # SPEC 4b: a block decision (or the token after it) left free by a q_i(d_i) below 2**-126
+    free: bool = False  # a block decision (or the token after it) left free by a q_i(d_i) below 2**-126 (SPEC 4, read for 4b)
 
     def describe(self) -> str:
         return (f"request {self.request}, step {self.step}: {_WHAT[self.kind]} diverges: reference token "
@@ -76,7 +76,7 @@ class Comparison:
 
     divergences: list = field(default_factory=list)
     stochastic: int = 0
-    free: list = field(default_factory=list)  # SPEC 4b's free block decisions that differed (not failures)
+    free: list = field(default_factory=list)  # free block decisions that differed (not failures; SPEC 4 read for 4b)
 
     @property
     def excused(self) -> list:
@@ -178,14 +178,16 @@ def _block_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | No
         return Divergence(r, bad, "prefix", ref[bad] if bad < len(ref) else None, prod[bad], np.inf, 0.0, False,
                           note="; block verification emits the drafts d_0..d_{tau-1} then one more token"), bad
     blocks = sorted((d for d in trace.decisions if d.kind == "block"), key=lambda d: d.step)
-    # SPEC 4b: from the first step whose q_i(d_i) is below 2**-126, P_i is a float32 sampler's to read
-    # as 0: the block decisions from there, and a residual resample after them, are free (the bonus
-    # and a padded step's resample draw from p alone and stay certified).
+    # SPEC 4 leaves free the test of a draft whose q(d) is below 2**-126 (a float32 sampler reads it as
+    # 0); read for block steps (4b is silent; docs/sampler-protocol.md, "Readings of the SPEC"): from the
+    # first such step P_i is the sampler's to read, so the block decisions from there, and a residual
+    # resample after them, are free (the bonus and a padded step's resample draw from p alone and stay
+    # certified).
     free_at = next((d.step for d in blocks if getattr(d, "what", "") == FREE), None)
 
     def free(step: int, kind: str, ref_tok, prod_tok) -> Divergence:
         return Divergence(r, step, kind, ref_tok, prod_tok, np.nan, 0.0, True, free=True,
-                          note=f"; free: step {free_at}'s q(d) is below 2**-126 (SPEC 4b)")
+                          note=f"; free: step {free_at}'s q(d) is below 2**-126 (SPEC 4, read for 4b)")
 
     if tau != tau_ref:
         if tau < 0 or tau > len(blocks):
@@ -318,7 +320,7 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
         drafts = batch.draft_tokens(r)
         compare = _block_divergence if block and not greedy else _token_divergence
         div, last = compare(r, trace, drafts, ref, prod, eps)
-        if div is not None and div.free:  # SPEC 4b: not compared from the free step on
+        if div is not None and div.free:  # not compared from the free step on (SPEC 4, read for 4b)
             result.free.append(div)
             result.stochastic += _stochastic_compared(trace, div.step - 1, greedy)
             continue
