@@ -53,3 +53,48 @@ def test_mismatch_is_reported(monkeypatch):
     seeds = np.array([7, -5, 2**32 - 5], dtype=np.int64)  # low words 7, -5, -5
     with pytest.raises(AssertionError, match=r"int32 seeds.*first at seed=-5 \(int32\), offset=3"):
         check_philox_matches_triton(seeds, np.int32, np.array([3, 3, 3], dtype=np.int32))
+
+
+def _nudged(fn):
+    """`fn` with its result's last entry moved by about 2**-10 (beyond every check's tolerance)."""
+    def draw(*args, **kwargs):
+        out = np.array(fn(*args, **kwargs))
+        flat = out.reshape(-1)
+        flat[-1] = flat[-1] * (1 + 2**-10) + 2**-10
+        return out
+
+    return draw
+
+
+@pytest.mark.parametrize("family, module, attr", [
+    ("triton-philox", "rs_verify.contract.philox", "rand"),
+    ("murmur3", "rs_verify.contract.murmur3", "uniform_from_hash"),
+    ("murmur3-fp64", "rs_verify.contract.murmur3_fp64", "noise_from_hashes"),
+])
+def test_every_family_check_reports_a_mismatch_the_same_way(monkeypatch, family, module, attr):
+    """Each shipped family's Triton check fails on a contract off by about 2**-10 in one value, and names it
+    through the one report (`contract.streams.report_mismatch`): how many differ, the first one's
+    coordinates and both values."""
+    import importlib
+
+    from rs_verify.contract.streams import family as lookup, resolve_path
+
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(mod, attr, _nudged(getattr(mod, attr)))
+    check = lookup(family).triton_check
+    check = resolve_path(check) if isinstance(check, str) else check
+    seeds = np.array([3, -7, 2**40 + 1], dtype=np.int64)
+    with pytest.raises(AssertionError,
+                       match=r": [1-9]\d* of \d+ values differ; first at seed=-?\d+ \(int\d+\), .*: contract .* vs triton "):
+        check(seeds, np.int64, np.array([0, 5, 2**33], dtype=np.int64))
+
+
+def test_report_compares_floats_by_their_bits():
+    """`-0.0` against `0.0` is a mismatch (bit for bit); equal values are not reported."""
+    from rs_verify.contract.streams import report_mismatch
+
+    at = {"seed": np.arange(3)}
+    report_mismatch("same", np.zeros(3, np.float32), np.zeros(3, np.float32), at)
+    with pytest.raises(AssertionError, match=r"1 of 3 values differ; first at seed=2 \(int64\): "
+                                             r"contract 0\.0 \(bits 0x00000000\) vs triton -0\.0 \(bits 0x80000000\)"):
+        report_mismatch("signed zero", np.zeros(3, np.float32), np.array([0.0, 0.0, -0.0], np.float32), at)

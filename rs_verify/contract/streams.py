@@ -24,7 +24,8 @@ holds everything the suite needs of it:
   Triton sampler selects (`rs_verify.triton_sampler.streams`), or None;
 - `triton_check`: how the NumPy bits are checked against Triton, a `module:function` path (or
   a callable) of a routine `(seeds int64, offsets_dtype, offsets) -> None` that raises
-  `AssertionError` naming the first mismatch (the `philox_streams` property runs it).
+  `AssertionError` naming the first mismatch (the `philox_streams` property runs it); every
+  shipped check reports through `report_mismatch`, so a mismatch reads the same in every family.
 
 `family(name_or_record)` looks a family up (aliases resolved; a clear `KeyError` for an unknown
 name); a sampler may also declare a record the suite does not ship (SPEC 3d): it is certified
@@ -313,6 +314,44 @@ def family(which) -> StreamFamily:
     known = sorted(FAMILIES)
     raise KeyError(f"unknown stream family {which!r}: known families are {known} (and {OWN!r} for a sampler "
                    "with its own generator); another family is declared as a StreamFamily record (SPEC 3d)")
+
+
+def report_mismatch(what: str, want, got, at: dict, bad=None) -> None:
+    """The one mismatch report of the families' Triton checks (`StreamFamily.triton_check`): raises
+    `AssertionError` when `want` (the contract's values) and `got` (Triton's) differ, naming how many
+    of them differ and the first, at its coordinates `at` (a name -> values broadcastable to the
+    values' shape: `seed`, `pos`, `token`...) with both values and, for floats, their bits. Values
+    differ where `bad` is true, or by default where their bits differ (bit for bit: `-0.0` and NaN
+    payloads count)."""
+    want, got = np.asarray(want), np.asarray(got)
+    if want.shape != got.shape:
+        raise AssertionError(f"{what}: shapes differ, contract {want.shape} vs triton {got.shape}")
+    if bad is None:
+        bad = _bits(want) != _bits(got) if want.dtype == got.dtype else want != got
+    where = np.argwhere(np.broadcast_to(bad, want.shape))
+    if not where.size:
+        return
+    idx = tuple(int(i) for i in where[0])
+    coords = ", ".join(f"{name}={_coordinate(v, want.shape, idx)}" for name, v in at.items())
+    raise AssertionError(f"{what}: {len(where)} of {want.size} values differ; first at {coords}: "
+                         f"contract {_shown(want[idx])} vs triton {_shown(got[idx])}")
+
+
+def _bits(values: np.ndarray) -> np.ndarray:
+    """Floats as their bit patterns (unsigned integers of the same width); other values as they are."""
+    return values.view(f"u{values.dtype.itemsize}") if values.dtype.kind == "f" else values
+
+
+def _coordinate(values, shape, idx) -> str:
+    v = np.broadcast_to(np.asarray(values), shape)[idx]
+    return f"{int(v)} ({v.dtype})"
+
+
+def _shown(v) -> str:
+    v = np.asarray(v)
+    if v.dtype.kind != "f":
+        return repr(v.item())
+    return f"{v.item()!r} (bits 0x{int(_bits(v.reshape(1))[0]):0{2 * v.dtype.itemsize}x})"
 
 
 def resolve_path(path: str):

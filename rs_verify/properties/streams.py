@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ..harness import stream_probe
 from ..contract import philox
-from ..contract.streams import resolve_path, shipped
+from ..contract.streams import report_mismatch, resolve_path, shipped
 from ..contract.triton_philox import TRITON_PHILOX
 from .registry import PropertyFailure, register
 
@@ -48,27 +48,6 @@ def _as_offsets(offsets, offsets_dtype) -> np.ndarray:
     return wide.astype(dtype)
 
 
-def _first_mismatch(what, seeds, offsets, ref, tri, as_bits) -> None:
-    a = ref.view(np.uint32) if as_bits else ref
-    b = tri.view(np.uint32) if as_bits else tri
-    if a.shape != b.shape:
-        raise AssertionError(f"{what}: shapes differ, reference {a.shape} vs triton {b.shape}")
-    bad = np.argwhere(a != b)
-    if bad.size == 0:
-        return
-    idx = tuple(int(i) for i in bad[0])
-    s = np.broadcast_to(seeds, a.shape)[idx]
-    o = np.broadcast_to(offsets, a.shape)[idx]
-    detail = (
-        f"reference {ref[idx]!r} (bits 0x{int(a[idx]) & 0xFFFFFFFF:08x}) vs "
-        f"triton {tri[idx]!r} (bits 0x{int(b[idx]) & 0xFFFFFFFF:08x})"
-    )
-    raise AssertionError(
-        f"{what}: {len(bad)} of {a.size} values differ; first at seed={int(s)} ({s.dtype}), "
-        f"offset={int(o)} ({o.dtype}): {detail}"
-    )
-
-
 def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
     """Reference Philox equals Triton's `tl.randint` and `tl.rand` bit for bit.
 
@@ -90,10 +69,11 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
     offs = _as_offsets(offsets, offsets_dtype)
     seeds32 = seeds64.astype(np.int32)  # low 32 bits (NumPy's integer cast wraps)
     for kind, s in (("int64 seeds", seeds64), ("int32 seeds", seeds32)):
-        what = f"randint, {kind}, {offs.dtype} offsets"
-        _first_mismatch(what, s, offs, philox.randint(s, offs), stream_probe.triton_randint(s, offs), False)
-        what = f"rand, {kind}, {offs.dtype} offsets"
-        _first_mismatch(what, s, offs, philox.rand(s, offs), stream_probe.triton_rand(s, offs), True)
+        at = {"seed": s, "offset": offs}
+        report_mismatch(f"randint, {kind}, {offs.dtype} offsets", philox.randint(s, offs),
+                        stream_probe.triton_randint(s, offs), at)
+        report_mismatch(f"rand, {kind}, {offs.dtype} offsets", philox.rand(s, offs),
+                        stream_probe.triton_rand(s, offs), at)
     if offs.dtype == np.int64:
         s_b, o_b = np.broadcast_arrays(seeds64, offs)
         s_c, o_c = s_b.reshape(-1)[:CHAIN_ROWS], o_b.reshape(-1)[:CHAIN_ROWS]
@@ -101,15 +81,8 @@ def check_philox_matches_triton(seeds, offsets_dtype, offsets) -> None:
         g = philox.randint(s_c, o_c)
         ref = philox.rand(g[:, None], x[None, :])
         tri = stream_probe.triton_resample_noise(s_c, o_c, CHAIN_VOCAB)
-        bad = np.argwhere(ref.view(np.uint32) != tri.view(np.uint32))
-        if bad.size:
-            i, t = (int(v) for v in bad[0])
-            raise AssertionError(
-                f"resample chain rand(randint(seed, pos), x): {len(bad)} of {ref.size} values differ; first at "
-                f"seed={int(s_c[i])}, pos={int(o_c[i])} (g={int(g[i])}), x={t}: "
-                f"reference {ref[i, t]!r} (bits 0x{int(ref.view(np.uint32)[i, t]):08x}) vs "
-                f"triton {tri[i, t]!r} (bits 0x{int(tri.view(np.uint32)[i, t]):08x})"
-            )
+        report_mismatch("resample chain rand(randint(seed, pos), x)", ref, tri,
+                        {"seed": s_c[:, None], "pos": o_c[:, None], "g": g[:, None], "x": x[None, :]})
         _check_family(s_c, o_c, tri)
 
 
@@ -120,13 +93,9 @@ def _check_family(seeds: np.ndarray, pos: np.ndarray, v_triton: np.ndarray) -> N
     u_tri = np.maximum(stream_probe.triton_rand(seeds, pos), np.float32(fam.floor))
     g = fam.gumbel(seeds, pos, v_triton.shape[1])
     g_tri = -np.log(-np.log1p(-np.maximum(v_triton, np.float32(fam.floor)).astype(np.float64)))
-    for what, a, b in (("acceptance uniforms", u.view(np.uint32), u_tri.view(np.uint32)),
-                       ("resampling noise", g.view(np.uint64), g_tri.view(np.uint64))):
-        bad = np.argwhere(a != b)
-        if bad.size:
-            i = int(bad[0][0])
-            raise AssertionError(f"{fam.name} {what}: {len(bad)} of {a.size} values differ from SPEC 3a on "
-                                 f"Triton's bits; first at seed={int(seeds[i])}, pos={int(pos[i])}")
+    report_mismatch(f"{fam.name} acceptance uniforms (SPEC 3a on Triton's bits)", u, u_tri, {"seed": seeds, "pos": pos})
+    report_mismatch(f"{fam.name} resampling noise (SPEC 3a on Triton's bits)", g, g_tri,
+                    {"seed": seeds[:, None], "pos": pos[:, None], "x": np.arange(g.shape[1])[None, :]})
 
 
 def family_checks() -> list:

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ..contract import murmur3 as contract, murmur3_fp64 as fp64_contract
+from ..contract.streams import report_mismatch
 from ..harness import device
 
 C1 = tl.constexpr(0xCC9E2D51)
@@ -147,17 +148,6 @@ def triton_hash_and_noise(seeds, pos, tok0: int, n_tok: int):
     return h.cpu().numpy().view(np.uint32), u.cpu().numpy(), g.cpu().numpy(), g64.cpu().numpy()
 
 
-def _report(what: str, bad, seeds, pos, tok0: int, want, got, offsets_dtype) -> None:
-    """`AssertionError` naming the first of the `bad` `[rows, tokens]` entries, if any: the one mismatch
-    report of both families' checks."""
-    where = np.argwhere(bad)
-    if where.size:
-        i, t = (int(v) for v in where[0])
-        raise AssertionError(f"{what}: {len(where)} of {bad.size} differ; first at seed={int(seeds[i])}, "
-                             f"pos={int(pos[i])}, token={tok0 + t} ({offsets_dtype} offsets): contract "
-                             f"{want[i, t]!r} vs triton {got[i, t]!r}")
-
-
 def _check(seeds, offsets_dtype, offsets, fp64: bool) -> None:
     seeds, pos = np.broadcast_arrays(np.asarray(seeds, np.int64), np.asarray(offsets).astype(np.int64))
     seeds, pos = seeds.reshape(-1), pos.reshape(-1)
@@ -166,17 +156,19 @@ def _check(seeds, offsets_dtype, offsets, fp64: bool) -> None:
         toks = np.arange(a, b, dtype=np.int64)[None, :]
         words = contract.key_words(seeds[:, None], pos[:, None], toks)
         h_ref = contract.hash_words(*words)
+        at = {"seed": seeds[:, None], "pos": pos[:, None], "token": toks}
+        dt = f"{np.dtype(offsets_dtype)} offsets"
         if fp64:
             g_ref = fp64_contract.noise_from_hashes(h_ref, contract.hash_words(*words, hash_seed=fp64_contract.HI_HASH_SEED))
             err = np.abs(g64 - g_ref) / np.maximum(1.0, np.abs(g_ref))
-            _report("murmur3-fp64 noise", ~(err <= NOISE64_RTOL), seeds, pos, a, g_ref, g64, offsets_dtype)
+            report_mismatch(f"murmur3-fp64 noise, {dt}", g_ref, g64, at, bad=~(err <= NOISE64_RTOL))
             continue
         u_ref = contract.uniform_from_hash(h_ref)
-        _report("murmur3 hash", h != h_ref, seeds, pos, a, h_ref, h, offsets_dtype)
-        _report("murmur3 uniform", u.view(np.uint32) != u_ref.view(np.uint32), seeds, pos, a, u_ref, u, offsets_dtype)
+        report_mismatch(f"murmur3 hash, {dt}", h_ref, h, at)
+        report_mismatch(f"murmur3 uniform, {dt}", u_ref, u, at)
         g_ref = contract.noise_from_uniform(u_ref)
         err = np.abs(g.astype(np.float64) - g_ref) / np.maximum(1.0, np.abs(g_ref))
-        _report("murmur3 noise", ~(err <= NOISE_RTOL), seeds, pos, a, g_ref, g, offsets_dtype)
+        report_mismatch(f"murmur3 noise, {dt}", g_ref, g, at, bad=~(err <= NOISE_RTOL))
 
 
 def check_matches_contract(seeds, offsets_dtype, offsets) -> None:
