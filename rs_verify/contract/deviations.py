@@ -33,13 +33,12 @@ sampler declares, as the reference and the output rules read it: at most one rul
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .streams import resolve_path
+from .records import Registry, module_path
 
 __all__ = ["Applied", "DEVIATIONS", "EDGES", "Deviation", "Edge", "applied", "deviation", "deviation_path",
            "inverse_cdf_unfound32", "register", "registered", "residual_empty32", "shipped"]
@@ -128,56 +127,36 @@ class Deviation:
                                      f"{getattr(out, 'dtype', '?')} {getattr(out, 'shape', '?')} {out!r}")
 
 
-DEVIATIONS: dict[str, Deviation] = {}
+def _unknown(which, known) -> str:
+    return (f"unknown deviation {which!r}: the shipped deviations are {known} (SPEC section 11); another is "
+            "declared as a Deviation record or its module:attribute path")
+
+
+DEVIATIONS = Registry(Deviation, "deviation", _unknown)
 
 
 def register(record: Deviation) -> Deviation:
     """Add `record` to the registry; a name taken by another record raises."""
-    if not isinstance(record, Deviation):
-        raise TypeError(f"expected a Deviation, got {type(record).__name__}")
-    if DEVIATIONS.get(record.name, record) is not record:
-        raise ValueError(f"deviation name {record.name!r} is taken")
-    DEVIATIONS[record.name] = record
-    return record
+    return DEVIATIONS.register(record)
 
 
 def shipped() -> list[Deviation]:
-    return list(DEVIATIONS.values())
+    return DEVIATIONS.shipped()
 
 
 def registered(record: Deviation) -> bool:
-    return DEVIATIONS.get(record.name) is record
+    return DEVIATIONS.registered(record)
 
 
 def deviation(which) -> Deviation:
     """The record of `which`: a registered name, a `module:attribute` path of a record, or a record."""
-    if isinstance(which, Deviation):
-        return which
-    if isinstance(which, str) and which in DEVIATIONS:
-        return DEVIATIONS[which]
-    if isinstance(which, str) and which.count(":") == 1:
-        found = resolve_path(which)
-        if isinstance(found, Deviation):
-            return found
-        raise KeyError(f"{which!r} is a {type(found).__name__}, not a Deviation")
-    raise KeyError(f"unknown deviation {which!r}: the shipped deviations are {sorted(DEVIATIONS)} (SPEC section 11); "
-                   "another is declared as a Deviation record or its module:attribute path")
+    return DEVIATIONS.lookup(which)
 
 
 def deviation_path(record: Deviation) -> str | None:
     """The `module:attribute` of a module-level attribute holding an unregistered record (how it
-    crosses a process boundary), searched first in the modules of its rules; None when none does."""
-    first = [getattr(fn, "__module__", None) or "" for _, fn in record.rules]
-    for name in dict.fromkeys([*first, *sorted(sys.modules)]):
-        mod = sys.modules.get(name)
-        try:
-            items = list(vars(mod).items()) if mod is not None else []
-        except TypeError:
-            continue
-        for attr, value in items:
-            if value is record:
-                return f"{name}:{attr}"
-    return None
+    crosses a process boundary), searched first in the modules of its rules (`records.module_path`)."""
+    return module_path(record, (fn for _, fn in record.rules))
 
 
 class Applied:

@@ -37,15 +37,14 @@ package's `__init__` (this module imports none of them). Adding a family is one 
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .batch import SpecBatch
+from .records import Registry, module_path, resolve_path
 
 __all__ = ["BLOCK_SEEDS", "FAMILIES", "KEYED_BY", "NoisePlant", "OWN", "PLAIN", "PLANT_KINDS", "STEP", "StreamEdges",
            "StreamFamily", "family", "family_path", "register", "registered", "resolve_path", "shipped", "step_seeds"]
@@ -273,47 +272,33 @@ class StreamFamily:
                           int(vocab), out=out)
 
 
-FAMILIES: dict[str, StreamFamily] = {}  # every name and alias -> its record
+def _unknown(which, known) -> str:
+    return (f"unknown stream family {which!r}: known families are {known} (and {OWN!r} for a sampler with its "
+            "own generator); another family is declared as a StreamFamily record (SPEC 3d)")
+
+
+FAMILIES = Registry(StreamFamily, "stream family", _unknown)  # every name and alias -> its record
 
 
 def register(record: StreamFamily) -> StreamFamily:
     """Add `record` to the registry under its name and aliases; a name taken by another record raises."""
-    if not isinstance(record, StreamFamily):
-        raise TypeError(f"expected a StreamFamily, got {type(record).__name__}")
-    for n in record.names:
-        if n in FAMILIES and FAMILIES[n] is not record:
-            raise ValueError(f"stream family name {n!r} is taken by {FAMILIES[n].name!r}")
-    for n in record.names:
-        FAMILIES[n] = record
-    return record
-
+    return FAMILIES.register(record)
 
 
 def shipped() -> list[StreamFamily]:
     """The registered families, each once, in registration order."""
-    return list({id(f): f for f in FAMILIES.values()}.values())
+    return FAMILIES.shipped()
 
 
 def registered(record: StreamFamily) -> bool:
     """Whether `record` is the registered family of its name (a shipped one, or one added by `register`)."""
-    return FAMILIES.get(record.name) is record
+    return FAMILIES.registered(record)
 
 
 def family(which) -> StreamFamily:
     """The record of `which`: a registered name or alias, a `module:attribute` path of a record, or
     a record (returned as is, registered or not: SPEC 3d)."""
-    if isinstance(which, StreamFamily):
-        return which
-    if isinstance(which, str) and which in FAMILIES:
-        return FAMILIES[which]
-    if isinstance(which, str) and which.count(":") == 1:
-        found = resolve_path(which)
-        if isinstance(found, StreamFamily):
-            return found
-        raise KeyError(f"{which!r} is a {type(found).__name__}, not a StreamFamily")
-    known = sorted(FAMILIES)
-    raise KeyError(f"unknown stream family {which!r}: known families are {known} (and {OWN!r} for a sampler "
-                   "with its own generator); another family is declared as a StreamFamily record (SPEC 3d)")
+    return FAMILIES.lookup(which)
 
 
 def report_mismatch(what: str, want, got, at: dict, bad=None) -> None:
@@ -354,28 +339,6 @@ def _shown(v) -> str:
     return f"{v.item()!r} (bits 0x{int(_bits(v.reshape(1))[0]):0{2 * v.dtype.itemsize}x})"
 
 
-def resolve_path(path: str):
-    """The object at `module:attribute` (dots in the attribute walk into it)."""
-    module, _, attr = path.partition(":")
-    obj = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def family_path(record: StreamFamily) -> str | None:
-    """How a record that is not registered travels between processes: the `module:attribute` of a
-    module-level attribute holding it, searched first in the modules that define its functions,
-    then in every imported module (by name); None when there is none (a record built inside a
-    function stays in its process)."""
-    first = [getattr(fn, "__module__", None) or "" for fn in (record.acceptance, record.noise)]
-    for name in dict.fromkeys([*first, *sorted(sys.modules)]):
-        mod = sys.modules.get(name)
-        try:
-            items = list(vars(mod).items()) if mod is not None else []
-        except TypeError:  # a module object without a __dict__
-            continue
-        for attr, value in items:
-            if value is record:
-                return f"{name}:{attr}"
-    return None
+    """How a record that is not registered travels between processes (`records.module_path`)."""
+    return module_path(record, (record.acceptance, record.noise))
