@@ -241,17 +241,13 @@ MUTANTS: list[Mutant] = [
         "A half-migrated sampler: the resample after a rejected draft draws murmur3 noise, the draw without "
         "one (the bonus, or the resample after a padded draft) still Philox's rand(randint(seed, pos), x).",
         TRITON,
-        {"kernels.py": [("gum = resample_noise(g, pos_t, idx, mask, STREAM)",
-                         "gum = tl.where(use_q, resample_noise(g, pos_t, idx, mask, STREAM), "
-                         "resample_noise(resample_key(g, pos_t, \"philox\"), pos_t, idx, mask, \"philox\"))"
-                         "  # MUTANT: bonus still Philox")],
-         "residual.py": [("gum = resample_noise(g_col, pos_col, idx, mask, STREAM)",
-                          "gum = tl.where(use_q_col | (excl_col >= 0), resample_noise(g_col, pos_col, idx, mask, STREAM), "
-                          "resample_noise(resample_key(g_col, pos_col, \"philox\"), pos_col, idx, mask, \"philox\"))"
+        {"residual.py": [("gum = resample_noise(g, pos, idx, mask, STREAM)",
+                          "gum = tl.where(use_q | (excl >= 0), resample_noise(g, pos, idx, mask, STREAM), "
+                          "resample_noise(resample_key(g, pos, \"philox\"), pos, idx, mask, \"philox\"))"
                           "  # MUTANT: bonus still Philox")]},
         build=MURMUR3_BUILD,
         killers=("certified_equivalence",),
-        note="verify_kernel passes ok_t (a rejected, valid draft) as use_q for model and one-hot drafts alike.",
+        note="Both resample loops pass a rejected, valid draft as use_q (model drafts) or excl (one-hot drafts).",
     ),
     # -- SPEC 3b's step-mixed block seed and murmur3-fp64 -------------------------------------------
     Mutant(
@@ -540,12 +536,12 @@ MUTANTS: list[Mutant] = [
         "log-sum-exp, every resample score turns NaN, and the argmax's 'not found' (n = V', FlashInfer-style) is "
         "emitted unclamped; a row with no finite logit does the same.",
         TRITON,
-        _k(("        z = tl.where(z == z, z, NEG_INF)\n        gt = z > m_vec",
-            "        gt = z > m_vec  # MUTANT: NaN not read as -inf"),
-           ("    arg = tl.where(arg == BIG_INDEX, 0, arg)\n", "    arg = tl.where(m > NEG_INF, arg, n)  # MUTANT\n"),
-           ("    return tl.where((tok >= 0) & (tok < n), tok, 0)\n",
-            "    return tl.where(mp > NEG_INF, tok, n)  # MUTANT: 'not found' is n\n"),
-           (FINAL_CLAMP, "    pass  # MUTANT: no range clamp\n")),
+        {"kernels.py": [("        z = tl.where(z == z, z, NEG_INF)\n        gt = z > m_vec",
+                         "        gt = z > m_vec  # MUTANT: NaN not read as -inf"),
+                        ("    arg = tl.where(arg == BIG_INDEX, 0, arg)\n", "    arg = tl.where(m > NEG_INF, arg, n)  # MUTANT\n"),
+                        (FINAL_CLAMP, "    pass  # MUTANT: no range clamp\n")],
+         "residual.py": [("    return tl.where((tok >= 0) & (tok < n), tok, 0)\n",
+                          "    return tl.where(tl.reduce(mp, AXIS, _MAX) > NEG_INF, tok, n)  # MUTANT: 'not found' is n\n")]},
         killers=("unvalidated_in_bounds",),
         note="Only invalid batches reach it: the classes target_nan (stochastic rows) and target_row_no_finite, "
              "2 of the 44 defect classes unvalidated_in_bounds draws from (four distinct classes per example: "
@@ -632,14 +628,16 @@ MUTANTS: list[Mutant] = [
         "positive mass and the Gumbel argmax over all -inf scores returns token 0, with p = 0 (measured vLLM "
         "MRV2 behaviour; SPEC 4 falls back to p).",
         TRITON,
-        _k(("    tok = tl.where(mr > NEG_INF, ir, ip)\n", "    tok = ir  # MUTANT: no fallback to p\n")),
+        {"residual.py": [("    tok = tl.where(tl.reduce(mr, AXIS, _MAX) > NEG_INF, ir, ip)\n",
+                          "    tok = ir  # MUTANT: no fallback to p\n")]},
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(
         "resample_ignores_residual",
         "Resample from p instead of the residual max(p - q, 0) after a rejected model draft.",
         TRITON,
-        _k(("            sr = tl.where(use_q, sq, sp)\n", "            sr = sp  # MUTANT: residual ignored\n")),
+        {"residual.py": [("        sr = tl.where(use_q, tl.where(pos_mass, log_r + gum, NEG_INF), sr)\n",
+                          "        pass  # MUTANT: residual ignored\n")]},
         killers=("output_invariants", "certified_equivalence"),
     ),
     Mutant(

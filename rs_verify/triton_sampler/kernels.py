@@ -31,15 +31,12 @@ from triton.language.standard import _elementwise_max as _MAX, _elementwise_min 
 
 from .block import block_tau_kernel  # noqa: F401 - a kernel of this module's pipeline
 from .masks import _masked_stats, _row_masks
-from .residual import resample_kernel  # noqa: F401 - a kernel of this module's pipeline
-from .streams import explicit_uniform, philox_acceptance, resample_key, resample_noise, score_dtype
+from .residual import LOG_P_MIN, _resample_step, _resample_token, resample_kernel  # noqa: F401 - resample_kernel: a kernel of this module's pipeline
+from .streams import explicit_uniform, philox_acceptance, resample_key, score_dtype
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
-# Residual tokens need log p(x) above this: a probability below the float64 range (~1e-323) is zero
-# for the float64 reference, so a residual whose whole mass lies there falls back to p (see _resample).
-LOG_P_MIN = tl.constexpr(-744.0)
 # Draft steps verified together by one program (a fixed vector width, not K).
 STEP_BLOCK = tl.constexpr(16)
 
@@ -57,6 +54,8 @@ STEP_BLOCK = tl.constexpr(16)
 #   tl.rand(g, o)                      ->  tl.randint4x(g, o)[0] and uint_to_uniform_float's own definition
 #   tl.randint(g, o)                   ->  tl.randint4x(g, o)[0]
 # (randint4x keeps the Philox counter layout of the installed Triton version).
+# The resample rule is residual.py's `_resample_step` (one nested call per vocabulary block) and
+# `_resample_token` (one per row), shared by both resample loops so that it is written once.
 #
 #   processed logits (SPEC 2): z = div_rn(fp32(x), t_div), t_div = 1 for greedy
 #     rows and T == 1 (x / 1 is exact); NaN is read as -inf so unvalidated NaN
@@ -113,14 +112,12 @@ def _row_stats(row_ptrs, rmask, n, t_div, BLOCK_R: tl.constexpr, BLOCK_V: tl.con
 @triton.jit
 def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, use_q, excl,
               HAS_DRAFT: tl.constexpr, STREAM: tl.constexpr, BLOCK_V: tl.constexpr):
-    """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index.
+    """SPEC section 4: argmax_x (log r(x) + G_x) over [0, n), ties to the lowest index, for one row:
+    the rule of residual.py (`_resample_step`, `_resample_token`) over the unmasked p.
 
-    r = max(p - q, 0) when `use_q` (model drafts; in the log domain:
-    log r = log p + log(1 - q / p) where p > q and p is within float64 range),
-    p with r(excl) = 0 (one-hot drafts; excl = -1 for none); falls back to
-    argmax_x (log p(x) + G_x) when no token has a finite residual score (no
-    positive mass). Both argmaxes are tracked in the same pass. G_x: STREAM's noise of the
-    row, keyed by `g` (philox: the resample seed; murmur3: the seed) and `pos_t` (murmur3).
+    r = max(p - q, 0) when `use_q` (model drafts), p with r(excl) = 0 (one-hot drafts; excl = -1
+    for none); the argmax of log p(x) + G_x when the residual has no positive mass. G_x: STREAM's
+    noise of the row, keyed by `g` (philox: the resample seed; murmur3: the seed) and `pos_t` (murmur3).
     """
     offs = tl.arange(0, BLOCK_V)
     best_r = score_dtype(tl.full([BLOCK_V], NEG_INF, tl.float32), STREAM)  # the family's scores (streams.py)
@@ -133,40 +130,15 @@ def _resample(t_row_ptr, q_row_ptr, n, t_div, m, log_s, q_m, q_log_s, g, pos_t, 
         z = tl.div_rn(tl.load(t_row_ptr + idx, mask=mask, other=NEG_INF).to(tl.float32), t_div)
         z = tl.where(z == z, z, NEG_INF)
         log_p = (z - m) - log_s
+        log_q = log_p  # one-hot drafts: not read (no residual of q)
         if HAS_DRAFT:
             zq = tl.load(q_row_ptr + idx, mask=tl.where(use_q, mask, False), other=NEG_INF)
             zq = tl.div_rn(zq.to(tl.float32), t_div)
             zq = tl.where(zq == zq, zq, NEG_INF)
             log_q = (zq - q_m) - q_log_s
-            pos_mass = (log_p > log_q) & (log_p > LOG_P_MIN)
-            a = tl.where(pos_mass, log_q - log_p, -1.0)
-            e = tl.exp(a)
-            log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
-            em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
-        # the noise comes after the residual's exp and first log, so neither it nor sp is live across
-        # them (drawn first, sm_90's ptxas spilled a register of murmur3's int64 model-draft
-        # specializations; drawn here, no specialization of any arch is held at 128 registers)
-        gum = resample_noise(g, pos_t, idx, mask, STREAM)
-        sp = log_p + gum
-        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
-        if HAS_DRAFT:
-            sq = tl.where(pos_mass, log_p + tl.log(-em1) + gum, NEG_INF)
-            sr = tl.where(use_q, sq, sp)
-        else:
-            sr = tl.where(idx == excl, NEG_INF, sp)
-        sr = tl.where(mask & (sr == sr), sr, NEG_INF)
-        up = sp > best_p
-        best_p = tl.where(up, sp, best_p)
-        best_pi = tl.where(up, idx, best_pi)
-        ur = sr > best_r
-        best_r = tl.where(ur, sr, best_r)
-        best_ri = tl.where(ur, idx, best_ri)
-    mp = tl.reduce(best_p, 0, _MAX)
-    ip = tl.reduce(tl.where(best_p == mp, best_pi, BIG_INDEX), 0, _MIN)
-    mr = tl.reduce(best_r, 0, _MAX)
-    ir = tl.reduce(tl.where(best_r == mr, best_ri, BIG_INDEX), 0, _MIN)
-    tok = tl.where(mr > NEG_INF, ir, ip)
-    return tl.where((tok >= 0) & (tok < n), tok, 0)
+        best_p, best_pi, best_r, best_ri = _resample_step(log_p, log_q, LOG_P_MIN, g, pos_t, idx, mask, use_q, excl,
+                                                          best_p, best_pi, best_r, best_ri, HAS_DRAFT, STREAM)
+    return _resample_token(best_p, best_pi, best_r, best_ri, n, 0)
 
 
 # -- kernels ----------------------------------------------------------------

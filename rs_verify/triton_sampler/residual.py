@@ -1,9 +1,16 @@
-"""The resample of batches with sampling parameters, block verification or explicit noise (Triton).
+"""The resample rule (SPEC 4), and the resample of batches with sampling parameters, block
+verification or explicit noise (Triton).
+
+The rule is written once, here: `_resample_step` scores one block of tokens (the noise G_x of
+the row's family, `log p(x) + G_x`, and `log r(x) + G_x` of the residual: in the log domain,
+log r = log p + log(1 - q / p) where p > q and p is within float64 range, p without the rejected
+draft for one-hot drafts) and keeps each lane's best of both; `_resample_token` reduces the lanes
+to the token, ties to the lowest index, falling back to the argmax of `log p + G` when the
+residual has no positive mass. `kernels._resample` (the token-wise loop of batches without
+parameters, one row) and `_resample_masked` (below, `BLOCK_R` rows) are their two loops.
 
 `resample_kernel` (one of kernels.py's pipeline) draws, for such a batch, every stochastic
-request's token at row cu[r] + t with `_resample_masked`: SPEC 4's Gumbel-max argmax_x (log r(x) + G_x) of
-`kernels._resample` (the same noise, the same log-domain residual, the same fallback to p when
-the residual has no positive mass), with
+request's token at row cu[r] + t with `_resample_masked`, with
 
 - p masked by the row's (thr, cut) (SPEC 2; masks.py): a masked token scores -inf in both
   argmaxes, so it is never emitted;
@@ -17,9 +24,10 @@ the residual has no positive mass), with
   `RESAMPLE == "inverse_cdf"` the token is the inverse CDF of `U_r = resample_uniforms[r]` over the
   same residual instead (`inverse_cdf._resample_inverse_cdf`).
 
-It is a separate function (and kernel) so that the token-wise `_resample` loop of batches
-without parameters stays as it was: the mask's registers pushed that loop past 128 registers per
-thread (register spills, or one resident block fewer per SM) on sm_80 / sm_100.
+Its loop is a separate function (and kernel) from the token-wise `kernels._resample` so that
+batches without parameters load no mask: the mask's registers pushed that loop past 128
+registers per thread (register spills, or one resident block fewer per SM) on sm_80 / sm_100.
+The two loops differ only in what they load; the rule is the shared step and token.
 """
 
 import triton
@@ -32,7 +40,54 @@ from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)
+# Residual tokens need log p(x) above this: a probability below the float64 range (~1e-323) is zero
+# for the float64 reference, so a residual whose whole mass lies there falls back to p.
 LOG_P_MIN = tl.constexpr(-744.0)
+
+
+@triton.jit
+def _resample_step(log_p, log_q, p_min, g, pos, idx, mask, use_q, excl, best_p, best_pi, best_r, best_ri,
+                   HAS_Q: tl.constexpr, STREAM: tl.constexpr):
+    """One block of the resample loop (module docstring), of any shape: the tokens `idx` (`mask`: in
+    the row and not masked) with `log p`, and with HAS_Q `log q` (`use_q`: the model residual; rows
+    without it resample from p with r(excl) = 0, excl = -1 for none); `p_min`: the log p below which
+    p(x) is 0 for the residual. G_x: STREAM's noise keyed by `g` and `pos` (streams.py). Returns the
+    lanes' best (score, token) of p and of the residual, updated."""
+    if HAS_Q:
+        pos_mass = (log_p > log_q) & (log_p > p_min)
+        a = tl.where(pos_mass, log_q - log_p, -1.0)
+        e = tl.exp(a)
+        log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
+        em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
+        log_r = log_p + tl.log(-em1)
+    # the noise comes after the residual's logs, so neither it nor sp is live across them (drawn
+    # first, sm_90's ptxas spilled a register of murmur3's specializations)
+    gum = resample_noise(g, pos, idx, mask, STREAM)
+    sp = log_p + gum
+    sp = tl.where(mask & (sp == sp), sp, NEG_INF)
+    sr = tl.where(idx == excl, NEG_INF, sp)
+    if HAS_Q:
+        sr = tl.where(use_q, tl.where(pos_mass, log_r + gum, NEG_INF), sr)
+    sr = tl.where(mask & (sr == sr), sr, NEG_INF)
+    up = sp > best_p
+    best_p = tl.where(up, sp, best_p)
+    best_pi = tl.where(up, idx, best_pi)
+    ur = sr > best_r
+    best_r = tl.where(ur, sr, best_r)
+    best_ri = tl.where(ur, idx, best_ri)
+    return best_p, best_pi, best_r, best_ri
+
+
+@triton.jit
+def _resample_token(best_p, best_pi, best_r, best_ri, n, AXIS: tl.constexpr):
+    """The token of the lanes' best scores (reduced over AXIS): the residual's argmax, ties to the
+    lowest index, or p's when no token has a finite residual score (no positive mass); in [0, n)."""
+    mp = tl.reduce(best_p, AXIS, _MAX, keep_dims=True)
+    ip = tl.reduce(tl.where(best_p == mp, best_pi, BIG_INDEX), AXIS, _MIN)
+    mr = tl.reduce(best_r, AXIS, _MAX, keep_dims=True)
+    ir = tl.reduce(tl.where(best_r == mr, best_ri, BIG_INDEX), AXIS, _MIN)
+    tok = tl.where(tl.reduce(mr, AXIS, _MAX) > NEG_INF, ir, ip)
+    return tl.where((tok >= 0) & (tok < n), tok, 0)
 
 
 @triton.jit
@@ -40,7 +95,7 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
                      l_scale, rmask, STREAM: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_V: tl.constexpr):
     """argmax_x (log r(x) + G_x) over [0, n) of the masked p (see the module docstring), for each of
     the BLOCK_R rows (every other argument but n one per row; rows without `rmask` read nothing), with
-    STREAM's noise as in `kernels._resample` (explicit: `g` points at the request's Gumbel row)."""
+    STREAM's noise (explicit: `g` points at the request's Gumbel row)."""
     offs = tl.arange(0, BLOCK_V)
     best_r = score_dtype(tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32), STREAM)  # the family's scores (streams.py)
     best_p = score_dtype(tl.full([BLOCK_R, BLOCK_V], NEG_INF, tl.float32), STREAM)
@@ -72,32 +127,9 @@ def _resample_masked(t_row_ptrs, q_row_ptrs, n, t_div, m, log_s, q_m, q_log_s, g
         zq = tl.div_rn(zq.to(tl.float32), t_col)
         zq = tl.where(zq == zq, zq, NEG_INF)
         log_q = ((zq - q_m_col) - q_log_s_col) - l_col  # log(q / P)
-        pos_mass = (log_p > log_q) & (log_p > p_min)
-        a = tl.where(pos_mass, log_q - log_p, -1.0)
-        e = tl.exp(a)
-        log_e = tl.where((e == 1.0) | (e == 0.0), 1.0, tl.log(e))
-        em1 = tl.where(e == 1.0, a, tl.where(e == 0.0, -1.0, (e - 1.0) * a / log_e))
-        log_r = log_p + tl.log(-em1)
-        # the noise comes after the residual's logs, so neither it nor sp is live across them (drawn
-        # first, sm_90's ptxas spilled a register of murmur3's int32 bfloat16 / float16 specializations)
-        gum = resample_noise(g_col, pos_col, idx, mask, STREAM)
-        sp = log_p + gum
-        sp = tl.where(mask & (sp == sp), sp, NEG_INF)
-        sq = tl.where(pos_mass, log_r + gum, NEG_INF)
-        sr = tl.where(use_q_col, sq, tl.where(idx == excl_col, NEG_INF, sp))
-        sr = tl.where(mask & (sr == sr), sr, NEG_INF)
-        up = sp > best_p
-        best_p = tl.where(up, sp, best_p)
-        best_pi = tl.where(up, idx, best_pi)
-        ur = sr > best_r
-        best_r = tl.where(ur, sr, best_r)
-        best_ri = tl.where(ur, idx, best_ri)
-    mp = tl.reduce(best_p, 1, _MAX)
-    ip = tl.reduce(tl.where(best_p == mp[:, None], best_pi, BIG_INDEX), 1, _MIN)
-    mr = tl.reduce(best_r, 1, _MAX)
-    ir = tl.reduce(tl.where(best_r == mr[:, None], best_ri, BIG_INDEX), 1, _MIN)
-    tok = tl.where(mr > NEG_INF, ir, ip)
-    return tl.where((tok >= 0) & (tok < n), tok, 0)
+        best_p, best_pi, best_r, best_ri = _resample_step(log_p, log_q, p_min, g_col, pos_col, idx, mask, use_q_col,
+                                                          excl_col, best_p, best_pi, best_r, best_ri, True, STREAM)
+    return _resample_token(best_p, best_pi, best_r, best_ri, n, 1)
 
 
 @triton.jit(do_not_specialize=["req_off", "req_end", "N", "R", "S", "K", "V", "Vd", "Vp", "MASKED", "BLOCK",
