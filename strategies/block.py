@@ -231,12 +231,14 @@ def _near(rng, c: Contents, r: int, pattern: int | None = None) -> None:
             deltas[i] *= float(np.exp(rng.uniform(*np.log(FAR_DELTA))))
         _pick(rng, c, r, a, rescue)
         _prepare(rng, c, r, a + 1, rescue)
-        for _ in range(3):
+        for round_ in range(3):
             h = c.block(r)[0].h[0]
             wrong = [i for i in (a, a + 1) if (u[i] <= h[i]) != (deltas[i] > 0)]  # not yet on the wanted side
             if not wrong:
                 return
-            for i in wrong:
+            # Step a first, even on its side: its h_a at its delta from u_a takes P_a as far towards
+            # b's wanted side as a allows (a rescue's b accepts only if u_b <= h_b <= P_a p_b / q_b).
+            for i in ([a] if round_ == 0 and a not in wrong else []) + wrong:
                 _tune(c, r, i, u, deltas[i])
         return
     # Past a collapsed prefix ratio (P = 0) every threshold is 0: only the steps before it can move,
@@ -345,8 +347,8 @@ def _tune(c: Contents, r: int, i: int, u, delta: float) -> None:
     m, lo = int(res.m[0]), c.lo(r)
     d = int(c.drafts(r)[i])
     prev = 1.0 if i == 0 else float(np.exp(res.log_prefix[0, i - 1]))
-    if prev == 0 or p[i, d] == 0 or p[i, d] == 1:
-        return
+    if prev == 0 or p[i, d] == 0 or (p[i, d] == 1 and q is None and delta > 0):
+        return  # (p(d) = 1: a one-hot step cannot rise; a model draft's q(d), or a lower p(d), still moves it)
     h = float(u[i]) * np.exp(delta)
     if h >= 1.0 and delta > 0:  # accept: h_i = 1 needs P_i = 1 (a ratio p(d) / q(d) >= 1 / P_{i-1})
         big_p, slack = 1.0, float(np.exp(delta))
