@@ -7,9 +7,12 @@ offsets, and negative int32 seeds (Triton widens a resample seed without sign
 extension).
 """
 
+import importlib
+
 import numpy as np
 import pytest
 
+from rs_verify.contract.streams import family as lookup, report_mismatch, resolve_path
 from rs_verify.properties.streams import EDGE_OFFSETS, EDGE_SEEDS, INT32, INT64, check_philox_matches_triton
 
 pytest.importorskip("triton")
@@ -75,10 +78,6 @@ def test_every_family_check_reports_a_mismatch_the_same_way(monkeypatch, family,
     """Each shipped family's Triton check fails on a contract off by about 2**-10 in one value, and names it
     through the one report (`contract.streams.report_mismatch`): how many differ, the first one's
     coordinates and both values."""
-    import importlib
-
-    from rs_verify.contract.streams import family as lookup, resolve_path
-
     mod = importlib.import_module(module)
     monkeypatch.setattr(mod, attr, _nudged(getattr(mod, attr)))
     check = lookup(family).triton_check
@@ -91,8 +90,6 @@ def test_every_family_check_reports_a_mismatch_the_same_way(monkeypatch, family,
 
 def test_report_compares_floats_by_their_bits():
     """`-0.0` against `0.0` is a mismatch (bit for bit); equal values are not reported."""
-    from rs_verify.contract.streams import report_mismatch
-
     at = {"seed": np.arange(3)}
     report_mismatch("same", np.zeros(3, np.float32), np.zeros(3, np.float32), at)
     with pytest.raises(AssertionError, match=r"1 of 3 values differ; first at seed=2 \(int64\): "
