@@ -1,0 +1,87 @@
+"""Which adapters an installed release offers, read from its files without importing it.
+
+`rs-verify releases NAME==VERSION` gates any release of a package this table knows, with no
+catalogue entry: each `Offer` names an adapter (module:attribute), the package it gates and what
+the release must contain for it (`needs`: a file of the installed site and a text it holds, "" for
+the file alone). A release without them has the adapter as a skipped cell with `missing`; a
+release that holds one of `refuses`' texts has it skipped with that reason (a mode the adapter
+would certify against another family's reference, say). Reading files instead of importing keeps
+the parent process free of the release; the adapter, loaded in its gate process, still checks the
+call itself and refuses by name what it does not know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+VLLM_MRV2 = "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
+VLLM_CHUNKS = "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py"
+VLLM_V1 = "vllm/v1/sample/rejection_sampler.py"
+VLLM_GUMBEL = "vllm/v1/worker/gpu/sample/gumbel.py"
+SGLANG_CHAIN = ("sglang/kernels/ops/speculative/reject_sampling.py", "sglang/srt/speculative/reject_sampling.py")
+
+
+@dataclass(frozen=True)
+class Offer:
+    adapter: str  # "rs_verify.adapters.vllm:VllmSampler"
+    package: str  # the distribution it gates, as pip names it ("vllm")
+    needs: tuple[tuple[str | tuple[str, ...], str], ...]  # (file or alternatives, text it holds or "")
+    missing: str  # why a release without `needs` cannot have the adapter
+    refuses: tuple[tuple[str, str, str], ...] = ()  # (file, text, why): the release has a mode the adapter refuses
+
+
+ADAPTERS: tuple[Offer, ...] = (
+    Offer("rs_verify.adapters.vllm_v1:VllmV1Sampler", "vllm", ((VLLM_V1, "def rejection_sample("),),
+          "this vLLM has no V1 rejection sampler (vllm/v1/sample/rejection_sampler.py; removed in 0.34.0)"),
+    Offer("rs_verify.adapters.vllm:VllmSampler", "vllm", ((VLLM_MRV2, "def rejection_sample("),),
+          "this vLLM has no model runner v2 rejection_sample (rejection_sampler_utils.py)"),
+    Offer("rs_verify.adapters.vllm_chunks:VllmChunkedSampler", "vllm",
+          ((VLLM_MRV2, "def rejection_sample("), (VLLM_CHUNKS, "def _verify_in_chunks(")),
+          "this vLLM has no chunk loop (RejectionSampler._verify_in_chunks, from 0.29.0 on)"),
+    Offer("rs_verify.adapters.vllm:VllmFp64Sampler", "vllm", ((VLLM_MRV2, "use_fp64"), (VLLM_GUMBEL, "")),
+          "this vLLM's rejection_sample has no use_fp64 mode",
+          refuses=((VLLM_GUMBEL, "def tl_rand64(",
+                    "use_fp64 draws a 53-bit uniform from two words of tl.randint4x (tl_rand64), a stream family "
+                    "rs-verify does not ship: certifying it against murmur3-fp64's reference would be wrong"),)),
+    Offer("rs_verify.adapters.sglang:SglangSampler", "sglang",
+          ((SGLANG_CHAIN, "def chain_speculative_sampling_triton("),),
+          "this SGLang has no Triton chain kernel (chain_speculative_sampling_triton)"),
+)
+
+
+def packages() -> tuple[str, ...]:
+    """The packages some adapter gates, in table order."""
+    return tuple(dict.fromkeys(o.package for o in ADAPTERS))
+
+
+def normalise(name: str) -> str:
+    """A distribution name as PEP 503 compares them: `Keras_Hub` and `keras-hub` are one package."""
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _holds(site: Path, files: str | tuple[str, ...], text: str) -> Path | None:
+    for rel in (files,) if isinstance(files, str) else files:
+        path = site / rel
+        try:
+            if path.is_file() and (not text or text in path.read_text(encoding="utf-8", errors="replace")):
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def offered(package: str, site: Path) -> list[tuple[str, str | None]]:
+    """(adapter, None) for each adapter the release installed at `site` supports, (adapter, why) for
+    each it cannot have; [] for a package no adapter gates."""
+    out = []
+    for offer in ADAPTERS:
+        if normalise(offer.package) != normalise(package):
+            continue
+        why = None if all(_holds(site, f, t) for f, t in offer.needs) else offer.missing
+        for rel, text, reason in offer.refuses if why is None else ():
+            if _holds(site, rel, text):
+                why = reason
+                break
+        out.append((offer.adapter, why))
+    return out
