@@ -11,7 +11,9 @@ import zipfile
 
 import pytest
 
+from rs_verify.adapters import discovery
 from rs_verify.engine import releases as catalogue
+from rs_verify.engine import resolve
 from rs_verify.frontends import cli
 from rs_verify.frontends.releases import LOAD_ERROR, Cell, exit_code, parse_junit
 
@@ -20,10 +22,11 @@ SAMPLER = ("from rs_verify.reference import ReferenceSampler\n\n\n"
            "def make():\n    return ReferenceSampler(deviations=['empty_residual_token0'])\n")
 
 
-def _wheel(directory, name="rsfakelib", version="1.0"):
+def _wheel(directory, name="rsfakelib", version="1.0", requires=()):
     """A minimal pure-Python wheel: `name/__init__.py`, `name/sampler.py` and its dist-info."""
+    needs = "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {f"{name}/__init__.py": "", f"{name}/sampler.py": SAMPLER,
-             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{needs}",
              f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                                                   "Tag: py3-none-any\n"}
     record = []
@@ -98,16 +101,19 @@ def test_a_fake_release_is_installed_and_each_adapter_gated(fake):
 def test_a_release_that_cannot_be_fetched_is_a_cell_not_a_crash(fake):
     code, cells = _run(fake, "rsfakelib==2.0", "nolib==1.0")
     assert [(c.release, c.status) for c in cells] == [("rsfakelib==2.0", "error"), ("nolib==1.0", "error")]
-    assert cells[0].message.startswith("cannot install rsfakelib==2.0") and "no entry in the catalogue" in cells[1].message
+    assert cells[0].message.startswith("cannot resolve the dependencies of rsfakelib==2.0")
+    assert "No matching distribution found for nolib==1.0" in cells[1].message
     assert code == 1 and not (fake["cache"] / "rsfakelib-2.0" / "site").exists()
     code, cells = _run(fake, "rsfakelib==2.0", extra=["--offline"])
     assert cells[0].status == "skipped" and "not in the cache" in cells[0].message and code == 0
 
 
-def test_usage_errors():
+def test_usage_errors(tmp_path):
     with pytest.raises(catalogue.CatalogueError, match="name==version"):
         catalogue.parse_spec("vllm>=0.33")
-    assert cli.main(["releases", "vllm"]) == 2
+    assert cli.main(["releases", "vllm>=0.33"]) == 2
+    assert cli.main(["releases", str(tmp_path / "vllm-9.0-py3-none-any.whl")]) == 2  # no such wheel
+    assert cli.main(["releases", "vllm", "--offline", "--cache", str(tmp_path)]) == 2  # none cached
     assert cli.main(["releases", "vllm==0.33.0", "--jobs", "0"]) == 2
 
 
@@ -156,3 +162,91 @@ def test_junit_cells_and_a_load_error_reported_once(tmp_path):
     path.write_text(f"<testsuites><testsuite>{load}</testsuite></testsuites>")
     cells = parse_junit(path, "lib==1", "m:a", installed)
     assert len(cells) == 1 and cells[0].status == "error" and cells[0].message.endswith("ImportError: gone")
+
+
+# -- any release, no catalogue entry: resolution, discovery, the newest, a wheel file --------------
+
+OFFERS = (discovery.Offer("rsfakelib.sampler:make", "rsfakelib", (("rsfakelib/sampler.py", "def make("),), "no make"),
+          discovery.Offer("rsfakelib.v2:Sampler", "rsfakelib", (("rsfakelib/v2.py", ""),),
+                          "this rsfakelib has no v2 sampler"),
+          discovery.Offer("rsfakelib.sampler:fp64", "rsfakelib", (("rsfakelib/sampler.py", ""),), "",
+                          refuses=(("rsfakelib/sampler.py", "ReferenceSampler", "draws from a family not shipped"),)))
+
+
+@pytest.fixture
+def any_release(tmp_path, monkeypatch):
+    """rsfakelib 1.0 and 1.1 (1.1 requires rsfakedep and numpy) and no catalogue entry for either."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels)
+    _wheel(wheels, version="1.1", requires=["rsfakedep>=1", "numpy; python_version >= '3'", "rsfakedoc; extra == 'doc'"])
+    _wheel(wheels, name="rsfakedep")
+    _wheel(wheels, name="numpy", version="9.9")  # resolved (pip sees no installed one), never installed
+    monkeypatch.setattr(discovery, "ADAPTERS", discovery.ADAPTERS + OFFERS)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    return {"wheels": wheels, "catalogue": empty, "cache": tmp_path / "cache", "out": tmp_path / "out"}
+
+
+def test_any_release_resolves_its_dependencies_and_offers_its_adapters(any_release):
+    code, cells = _run(any_release, "rsfakelib")  # the newest release: 1.1
+    table = json.loads((any_release["out"] / "releases.json").read_text())
+    assert {c.release for c in cells} == {"rsfakelib==1.1"} and table["meta"]["asked"] == ["rsfakelib"]
+    status = {(c.adapter, c.property): (c.status, c.message) for c in cells}
+    assert status["rsfakelib.sampler:make", "output_invariants"][0] == "passed"
+    assert status["rsfakelib.v2:Sampler", "-"] == ("skipped", "this rsfakelib has no v2 sampler")
+    assert status["rsfakelib.sampler:fp64", "-"] == ("skipped", "draws from a family not shipped")
+    pins = table["meta"]["pins"]["rsfakelib==1.1"]
+    assert pins["pins"] == ["rsfakedep==1.0"] and pins["left_out"] == {"numpy": "provided by the environment"}
+    site = any_release["cache"] / "rsfakelib-1.1" / "site"
+    assert (site / "rsfakedep" / "sampler.py").is_file() and not (site / "numpy").exists()
+    # the matrix: what the adapter declared, its counts; the pins as a catalogue that repeats the run
+    row = next(r for r in table["matrix"] if r["adapter"] == "rsfakelib.sampler:make")
+    assert row["detected"]["streams"] == "triton-philox" and row["passed"] == 1 and row["failed"] == 0
+    assert row["detected"]["deviations"] == "empty_residual_token0"
+    md = (any_release["out"] / "releases.md").read_text()
+    assert md.index("## Matrix") < md.index("## Per property")
+    again = catalogue.load_catalogue(any_release["out"] / "catalogue.toml")["rsfakelib==1.1"]
+    assert again.pinned and again.pure_python == ("rsfakedep==1.0",) and not again.adapters
+    assert code == 0
+    # a wheel file is a release candidate: that file is installed
+    wheel = any_release["wheels"] / "rsfakelib-1.0-py3-none-any.whl"
+    code, cells = _run(any_release, str(wheel))
+    assert {c.release for c in cells} == {"rsfakelib==1.0"} and code == 0
+    assert json.loads((any_release["cache"] / "rsfakelib-1.0" / catalogue.MARKER).read_text())["wheel"] == str(wheel)
+
+
+def test_resolution_leaves_out_the_environment_and_cuda_only_packages():
+    def item(name, version, *requires):
+        return {"metadata": {"name": name, "version": version, "requires_dist": list(requires)}}
+    report = {"install": [item("vllm", "0.32.0", "torch==2.9", "flashinfer-python", "pydantic>=2"),
+                          item("torch", "2.9.0"), item("torchvision", "0.24"), item("pytorch-triton", "3.5"),
+                          item("flashinfer-python", "0.6", "cuda-python", "torch"), item("cuda-python", "13"),
+                          item("kernels", "0.1", "nvidia-ml-py; extra == 'gpu'"), item("nvidia-ml-py", "13"),
+                          item("Pydantic", "2.14.4", "rich"), item("rich", "14")]}
+    found = resolve.select(report, "vllm", provided=frozenset({"rich"}))
+    assert (found.name, found.version) == ("vllm", "0.32.0")
+    assert found.pins == ("kernels==0.1", "Pydantic==2.14.4")  # an optional (extra) CUDA requirement is kept
+    assert found.left_out == {"torch": "provided by the environment",
+                              "torchvision": "built against one torch: the environment's torch is used",
+                              "pytorch-triton": "built against one torch: the environment's torch is used",
+                              "flashinfer-python": "CUDA-only (requires cuda-python)", "cuda-python": "CUDA-only",
+                              "nvidia-ml-py": "CUDA-only", "rich": "provided by the environment"}
+    assert resolve.select({"install": []}, "vllm").error
+
+
+def test_discovery_reads_the_installed_files(tmp_path):
+    site = tmp_path / "site"
+    mrv2 = site / discovery.VLLM_MRV2
+    mrv2.parent.mkdir(parents=True)
+    mrv2.write_text("def rejection_sample(\n    use_fp64=False,\n")
+    (site / discovery.VLLM_GUMBEL).parent.mkdir(parents=True)
+    (site / discovery.VLLM_GUMBEL).write_text("def tl_rand64(seed, offset):\n")
+    found = dict(discovery.offered("vLLM", site))
+    assert found["rs_verify.adapters.vllm:VllmSampler"] is None
+    assert "no V1 rejection sampler" in found["rs_verify.adapters.vllm_v1:VllmV1Sampler"]
+    assert "no chunk loop" in found["rs_verify.adapters.vllm_chunks:VllmChunkedSampler"]
+    assert "tl.randint4x" in found["rs_verify.adapters.vllm:VllmFp64Sampler"]
+    (site / discovery.VLLM_GUMBEL).write_text("def murmur3_uniform64(seed, pos, offset):\n")
+    assert dict(discovery.offered("vllm", site))["rs_verify.adapters.vllm:VllmFp64Sampler"] is None
+    assert discovery.offered("nolib", site) == []

@@ -1,9 +1,12 @@
-"""The released libraries `rs-verify releases` gates: their catalogue and their installs.
+"""The released libraries `rs-verify releases` gates: what to install and where it lives.
 
 A sampler author's CI installs a library from the package registry, so the gate runs the
-release's own wheel, not a copy of its source. The catalogue, `rs_verify/adapters/releases.toml`
-(package data; `--catalogue FILE` reads another), has one table per release, keyed by its pip
-requirement:
+release's own wheel, not a copy of its source. Any release of a package an adapter gates
+(`rs_verify.adapters.discovery`) needs nothing written down: `target` reads `vllm==0.32.0`,
+`vllm` (the newest release) or a wheel's path (a release candidate); `install` resolves its
+dependencies from the wheel's metadata (`rs_verify.engine.resolve`) and the adapters it offers are
+read from its installed files. The catalogue, `rs_verify/adapters/releases.toml` (package data;
+`--catalogue FILE` reads another), overrides that per release, keyed by its pip requirement:
 
     ["vllm==0.33.0"]
     adapters = ["rs_verify.adapters.vllm_v1:VllmV1Sampler", ...]   # module:attribute, each gated alone
@@ -11,12 +14,16 @@ requirement:
     env = { CUDA_VISIBLE_DEVICES = "" }      # environment of the gate's processes
     absent = { "module:attr" = "why" }       # adapters this release cannot have (a skip with the reason)
 
+Every key is optional: a catalogue entry without `pure_python` has its pins resolved, one without
+`adapters` has them discovered.
+
 `install` puts the wheel (`pip install --no-deps`) and the pins into one `--target` directory per
 release, `<cache>/<name>-<version>/site`, outside the repository: `~/.cache/rs-verify/releases`,
 or `$RS_VERIFY_RELEASES_CACHE`, or `--cache DIR`. torch, triton and numpy are never installed
 there: the gate runs on the environment's own. A finished install leaves `installed.json`
-(the requirement and the pins) and is reused while they match; an install is built in a
-temporary directory and renamed, so an interrupted one is never reused.
+(the requirement, the pins and what was left out) and is reused while the catalogue's pins, when
+it gives any, match; an install is built in a temporary directory and renamed, so an interrupted
+one is never reused.
 """
 
 from __future__ import annotations
@@ -31,9 +38,13 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser, as a package (pyproject's dependencies)
     import tomli as tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from . import resolve as resolver
 
 CACHE_ENV = "RS_VERIFY_RELEASES_CACHE"
 DEFAULT_CACHE = Path("~/.cache/rs-verify/releases")
@@ -49,18 +60,21 @@ class CatalogueError(ValueError):
 @dataclass(frozen=True)
 class Release:
     spec: str  # "vllm==0.33.0"
-    adapters: tuple[str, ...] = ()
-    pure_python: tuple[str, ...] = ()
+    adapters: tuple[str, ...] = ()  # () = the adapters the installed release offers (discovery)
+    pure_python: tuple[str, ...] = ()  # () = resolved from the wheel's metadata, unless `pinned`
     env: dict = field(default_factory=dict)
     absent: dict = field(default_factory=dict)
+    wheel: str | None = None  # a wheel file to install instead of the registry's (a release candidate)
+    pinned: bool = False  # `pure_python` is the catalogue's, even when empty
 
     @property
     def name(self) -> str:
-        return parse_spec(self.spec)[0]
+        return self.spec.partition("==")[0]
 
     @property
     def version(self) -> str:
-        return parse_spec(self.spec)[1]
+        """"" for a release named without its version (the newest, resolved at install)."""
+        return self.spec.partition("==")[2]
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,8 @@ class Installed:
     site: Path | None
     error: str | None = None
     reused: bool = False
+    pins: tuple[str, ...] = ()  # what was installed beside the wheel
+    left_out: dict = field(default_factory=dict)  # package -> why it was not installed (resolved pins only)
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -79,6 +95,53 @@ def parse_spec(spec: str) -> tuple[str, str]:
     if not m:
         raise CatalogueError(f"{spec!r}: a release is named as pip pins it, name==version (e.g. vllm==0.33.0)")
     return m.group(1), m.group(2)
+
+
+def target(text: str, known: dict[str, Release] | None = None, root: Path | None = None,
+           offline: bool = False) -> Release:
+    """The release a command line names: `name==version` (its catalogue entry, if any), a wheel's
+    path (`name-version-...whl`: that file is installed), or `name` alone: the newest release, which
+    the resolver names (`newest`), or offline the newest one in the cache."""
+    known = known or {}
+    if text.endswith(".whl"):
+        path = Path(text).expanduser().resolve()
+        if not path.is_file():
+            raise CatalogueError(f"{text}: no such wheel")
+        parts = path.name.split("-")
+        if len(parts) < 3:
+            raise CatalogueError(f"{text}: not a wheel's name (name-version-...-tags.whl)")
+        spec = f"{parts[0]}=={parts[1]}"
+        return replace(known.get(spec, Release(spec)), wheel=str(path))
+    if SPEC_RE.match(text.strip()):
+        return known.get(text.strip(), Release(text.strip()))
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", text.strip()):
+        raise CatalogueError(f"{text!r}: a release is named as pip pins it, name==version (e.g. vllm==0.33.0), "
+                             f"by name alone (its newest release) or by a wheel's path")
+    if offline and root is not None:
+        cached = cached_versions(text.strip(), root)
+        if not cached:
+            raise CatalogueError(f"{text}: no release of it in the cache {root} (offline: nothing is fetched)")
+        return known.get(f"{text.strip()}=={cached[-1]}", Release(f"{text.strip()}=={cached[-1]}"))
+    return Release(f"{text.strip()}==")  # resolved to the newest at install
+
+
+def cached_versions(name: str, root: Path) -> list[str]:
+    """The versions of `name` with a finished install in the cache, oldest first."""
+    versions = []
+    for marker in root.glob(f"*/{MARKER}"):
+        try:
+            n, v = parse_spec(json.loads(marker.read_text())["spec"])
+        except (OSError, ValueError, KeyError, CatalogueError):
+            continue
+        if resolver.canonical(n) == resolver.canonical(name):
+            versions.append(v)
+
+    def key(v):
+        try:
+            return (0, Version(v))
+        except InvalidVersion:
+            return (1, v)
+    return sorted(versions, key=key)
 
 
 def _strings(spec: str, key: str, value) -> tuple[str, ...]:
@@ -109,7 +172,8 @@ def load_catalogue(path: str | os.PathLike | None = None) -> dict[str, Release]:
         out[spec] = Release(spec, adapters=_strings(spec, "adapters", entry.get("adapters", [])),
                             pure_python=_strings(spec, "pure_python", entry.get("pure_python", [])),
                             env=_table(spec, "env", entry.get("env", {})),
-                            absent=_table(spec, "absent", entry.get("absent", {})))
+                            absent=_table(spec, "absent", entry.get("absent", {})),
+                            pinned="pure_python" in entry)
     return out
 
 
@@ -140,33 +204,63 @@ def install(release: Release, root: Path, *, find_links: str | None = None, no_i
             offline: bool = False, timeout: float = 900.0) -> Installed:
     """The release's wheel and pins in `root/<name>-<version>/site` (reused when already there).
 
+    - pins: the catalogue's when it gives them, else resolved from the wheel's metadata
+      (`rs_verify.engine.resolve`); a release named without a version is resolved to the newest.
     - find_links: a directory of wheels pip looks in too; no_index: pip asks no registry.
     - offline: never call pip; a release not in the cache is reported as such.
     """
+    if release.version:
+        reused = _cached(release, root)
+        if reused is not None:
+            return reused
+    if offline:
+        return Installed(release, None, f"not in the cache {release_dir(release, root)} (offline: nothing is fetched)")
+    source = (["--no-index"] if no_index else []) + (["--find-links", str(find_links)] if find_links else [])
+    pins, left_out = release.pure_python, {}
+    if not release.pinned or not release.version:
+        found = resolver.resolve(release.wheel or release.spec.rstrip("="), find_links=find_links,
+                                 no_index=no_index, timeout=timeout)
+        if found.error:
+            return Installed(release, None, f"cannot resolve the dependencies of {release.spec.rstrip('=')}: {found.error}")
+        if not release.version:
+            release = replace(release, spec=f"{release.name}=={found.version}")
+            reused = _cached(release, root)
+            if reused is not None:
+                return reused
+        if not release.pinned:
+            pins, left_out = found.pins, found.left_out
     home = release_dir(release, root)
     site, marker = home / "site", home / MARKER
-    wanted = {"spec": release.spec, "pure_python": list(release.pure_python)}
-    try:
-        if json.loads(marker.read_text()) == wanted and site.is_dir():
-            return Installed(release, site, reused=True)
-    except (OSError, ValueError):
-        pass
-    if offline:
-        return Installed(release, None, f"not in the cache {home} (offline: nothing is fetched)")
-    source = (["--no-index"] if no_index else []) + (["--find-links", str(find_links)] if find_links else [])
     tmp = home / "site.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True, exist_ok=True)
-    error = _pip([*source, "--target", str(tmp), release.spec], timeout)
+    error = _pip([*source, "--target", str(tmp), release.wheel or release.spec], timeout)
     if error:
         shutil.rmtree(tmp, ignore_errors=True)
         return Installed(release, None, f"cannot install {release.spec}: {error}")
-    if release.pure_python:
-        error = _pip([*source, "--target", str(tmp), *release.pure_python], timeout)
+    if pins:
+        error = _pip([*source, "--target", str(tmp), *pins], timeout)
         if error:
             shutil.rmtree(tmp, ignore_errors=True)
             return Installed(release, None, f"cannot install the pins of {release.spec}: {error}")
     shutil.rmtree(site, ignore_errors=True)
     tmp.rename(site)
-    marker.write_text(json.dumps(wanted, indent=1))
-    return Installed(release, site)
+    marker.write_text(json.dumps({"spec": release.spec, "pure_python": list(pins), "left_out": left_out,
+                                  "wheel": release.wheel}, indent=1))
+    return Installed(release, site, pins=tuple(pins), left_out=left_out)
+
+
+def _cached(release: Release, root: Path) -> Installed | None:
+    """The finished install of `release` in the cache, if its pins are the ones asked for."""
+    home = release_dir(release, root)
+    try:
+        found = json.loads((home / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    pins = tuple(found.get("pure_python", ()))
+    same = found.get("spec") == release.spec and (not release.pinned or pins == release.pure_python)
+    if release.wheel:  # a candidate's wheel is reinstalled unless it is the same file
+        same = same and found.get("wheel") == release.wheel
+    if not same or not (home / "site").is_dir():
+        return None
+    return Installed(release, home / "site", reused=True, pins=pins, left_out=found.get("left_out", {}))

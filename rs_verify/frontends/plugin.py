@@ -383,6 +383,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             record = None
         sent = [_properties(r).get(SENT_PROPERTY, {}) for status in ("passed", "failed", "xfailed")
                 for r in _gate_reports(terminalreporter, status) if r.when == "call"]
+        if record is not None:  # what the sampler declared and its adapter detected (read by `rs-verify releases`)
+            terminalreporter.section("rs-verify: sampler (declared and detected)")
+            for line in record.declared():
+                terminalreporter.write_line(line)
         done = record.exercised(sent) if record is not None else []
         if done:
             terminalreporter.section("rs-verify: exercised (batches the sampler answered)")

@@ -1,17 +1,21 @@
 """`rs-verify releases SPEC...`: gate the released libraries, each adapter through the pytest plugin.
 
-For each release (`vllm==0.33.0`, ...) of the catalogue (`rs_verify.engine.releases`): install it
-outside the repository (or reuse the cache), then run every adapter it supports as its own
+For each release (`vllm==0.33.0`, `sglang` for the newest, a wheel file for a candidate;
+`rs_verify.engine.releases`): install it outside the repository with the dependencies its wheel's
+metadata resolves to (or reuse the cache, or take the catalogue's pins), find the adapters it
+offers from its files (`rs_verify.adapters.discovery`), then run each as its own
 `python -m pytest -p rs_verify --rs-sampler=ADAPTER --rs-gate-only --rs-profile P` process, with
 the release's site directory on `PYTHONPATH` and its `env`, in an empty working directory, and
 read the outcome of each property from pytest's JUnit XML (`--junitxml`; the plugin records a
 failure bundle's path as the testcase property `rs_verify_bundle`). The table, release x adapter
-x property, is written as `releases.md` and `releases.json` into `--out`:
+x property under a matrix of release x adapter (`rs_verify.frontends.release_table`), is written as
+`releases.md`, `releases.json` and the pins as `catalogue.toml` into `--out`:
 
 - `passed`; `failed` with the failure's first line and a replay command (`rs-verify replay` of its
   bundle, with the release on `PYTHONPATH`); `skipped` with the plugin's reason (or the
   catalogue's `absent` reason); `xfail` for an expected failure (`--rs-xfails`);
-- `error`, one cell per adapter (property `-`): a release that could not be installed, a sampler
+- `error`, one cell per adapter (property `-`): a release that could not be installed (one cell
+  for the release), a package no adapter gates, a sampler
   that could not be loaded (the plugin fails every item with the same "cannot load" message:
   reported once), or a pytest run that ended without a report.
 
@@ -26,7 +30,6 @@ error cells (the releases' own known defects are findings, not breakage: `.ci/ru
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -36,13 +39,15 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
+from ..adapters import discovery
 from ..engine import releases as catalogue
+from . import release_table
 from ..engine.defaults import ISOLATION_LEVELS, PROFILE_NAMES
 
 LOAD_ERROR = "rs-verify: cannot load the sampler"  # the plugin's message when --rs-sampler does not load
@@ -72,13 +77,18 @@ class Exercised:
     adapter: str
     exercised: list
     not_exercised: list
+    declared: list = field(default_factory=list)  # "key: value": what the sampler declared and detected
+
+    def detection(self) -> dict:
+        return dict(line.split(": ", 1) for line in self.declared if ": " in line)
 
     def deviations(self) -> list:
         return [line.removeprefix("deviation ") for line in self.exercised if line.startswith("deviation ")]
 
 
 PYTEST_TALLY = re.compile(r"^(\d+ \w+|no tests ran)(, \d+ \w+)* in [\d.]+s")  # "1 passed, 25 deselected in 3.20s"
-SECTIONS = {"exercised": "rs-verify: exercised", "not_exercised": "rs-verify: not exercised"}
+SECTIONS = {"exercised": "rs-verify: exercised", "not_exercised": "rs-verify: not exercised",
+            "declared": "rs-verify: sampler"}
 
 
 def summary_sections(output: str) -> dict:
@@ -190,41 +200,6 @@ def gate_adapter(installed: catalogue.Installed, adapter: str, out: Path, *, pro
     return [Cell(release, adapter, "-", "error", f"{why} (log: {log})", "", seconds)], done
 
 
-def markdown(cells: list[Cell], meta: dict, done: list | None = None) -> str:
-    lines = [f"# rs-verify releases ({meta['created']})", "",
-             f"Profile `{meta['profile']}`" + (f", `-k {meta['keyword']}`" if meta.get("keyword") else "")
-             + (f", at most {meta['max_examples']} examples" if meta.get("max_examples") else "")
-             + f", device {meta['device']}; cache `{meta['cache']}`.", "",
-             "| release | adapter | property | result | detail |", "|---|---|---|---|---|"]
-    for c in cells:
-        detail = c.message.replace("|", "\\|")
-        if c.replay:
-            detail += f"<br>replay: `{c.replay}`"
-        lines.append(f"| {c.release} | `{c.adapter}` | {c.property} | {c.status} | {detail} |")
-    counts = {s: sum(c.status == s for c in cells) for s in STYLE}
-    lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells", ""]
-    if done:
-        lines += ["## Declared deviations (SPEC 11), per release and adapter", "",
-                  "| release | adapter | deviation: decisions its rule decided |", "|---|---|---|"]
-        lines += [f"| {d.release} | `{d.adapter}` | {'<br>'.join(d.deviations()) or 'none declared'} |" for d in done]
-        lines += ["", "## Exercised and declared away, per adapter", ""]
-        for d in done:
-            lines += [f"- {d.release} `{d.adapter}`:"]
-            lines += [f"  - {line}" for line in d.exercised]
-            lines += [f"  - not exercised: {line}" for line in d.not_exercised]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def write(cells: list[Cell], out: Path, meta: dict, done: list | None = None) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out / "releases.md", "json": out / "releases.json"}
-    paths["markdown"].write_text(markdown(cells, meta, done))
-    paths["json"].write_text(json.dumps({"meta": meta, "cells": [asdict(c) for c in cells],
-                                         "exercised": [asdict(d) for d in done or []]}, indent=1))
-    return paths
-
-
 def exit_code(cells: list[Cell], fail_on: str) -> int:
     bad = {"failure": ("failed", "error"), "error": ("error",), "never": ()}[fail_on]
     return 1 if any(c.status in bad for c in cells) else 0
@@ -232,43 +207,54 @@ def exit_code(cells: list[Cell], fail_on: str) -> int:
 
 def cmd_releases(args) -> int:
     console = Console(soft_wrap=True)
+    root, out = catalogue.cache_root(args.cache), Path(args.out)
     try:
         known = catalogue.load_catalogue(args.catalogue)
-        for spec in args.specs:
-            catalogue.parse_spec(spec)
+        targets = [catalogue.target(spec, known, root, args.offline) for spec in args.specs]
         if args.jobs < 1:
             raise catalogue.CatalogueError(f"--jobs must be >= 1, not {args.jobs}")
     except catalogue.CatalogueError as exc:
         print(f"rs-verify releases: {exc}", file=sys.stderr)
         return 2
-    root, out = catalogue.cache_root(args.cache), Path(args.out)
     cells: list[Cell] = []
+    pins: dict = {}
 
     def add(new: list[Cell]) -> None:
         for c in new:
             cells.append(c)
             detail = f" - {escape(c.message)}" if c.message else ""
-            console.print(f"  [{STYLE[c.status]}]{c.status:8}[/] {escape(c.adapter)} {c.property} "
+            console.print(f"  [{STYLE[c.status]}]{c.status:8}[/] {escape(c.release)} {escape(c.adapter)} {c.property} "
                           f"({c.seconds:.1f} s){detail}", highlight=False)
 
+    def chosen(adapter: str) -> bool:
+        return not args.adapter or any(s in adapter for s in args.adapter)
+
     gates = []  # (installed, adapter): run after every install, on --jobs processes
-    for spec in args.specs:
-        release = known.get(spec)
-        if release is None:
-            add([Cell(spec, "-", "-", "error", f"{spec} has no entry in the catalogue (known: {', '.join(known)})")])
-            continue
-        adapters = [a for a in release.adapters if not args.adapter or any(s in a for s in args.adapter)]
-        console.print(f"[bold]{spec}[/]: {len(adapters)} adapter(s), cache {catalogue.release_dir(release, root)}")
-        with console.status(f"{spec}: installing (--no-deps, {len(release.pure_python)} pins)"):
+    for release in targets:
+        label = release.wheel or (release.spec if release.version else f"{release.name} (the newest release)")
+        with console.status(f"{label}: installing (--no-deps; "
+                            + (f"{len(release.pure_python)} pins from the catalogue)" if release.pinned
+                               else "its dependencies resolved from the wheel's metadata)")):
             installed = catalogue.install(release, root, find_links=args.find_links, no_index=args.no_index,
                                           offline=args.offline)
+        release = installed.release  # a release named without its version now has it
         if installed.error:
-            add([Cell(spec, a, "-", "skipped" if args.offline else "error", installed.error) for a in adapters])
+            add([Cell(release.spec, "-", "-", "skipped" if args.offline else "error", installed.error)])
             continue
-        for adapter, why in release.absent.items():
-            if not args.adapter or any(s in adapter for s in args.adapter):
-                add([Cell(spec, adapter, "-", "skipped", why)])
+        pins[release.spec] = {"pins": list(installed.pins), "left_out": installed.left_out, "env": release.env,
+                              "wheel": release.wheel}
+        offered = ([(a, None) for a in release.adapters] if release.adapters
+                   else discovery.offered(release.name, installed.site))
+        absent = {**{a: why for a, why in offered if why}, **release.absent}
+        adapters = [a for a, why in offered if not why and a not in release.absent and chosen(a)]
+        console.print(f"[bold]{escape(release.spec)}[/]: {len(adapters)} adapter(s) "
+                      f"({'reused' if installed.reused else 'installed'}: {installed.site})", highlight=False)
+        if not offered:
+            add([Cell(release.spec, "-", "-", "error", f"no adapter of rs-verify gates {release.name} "
+                                                        f"(known: {', '.join(discovery.packages())})")])
+        add([Cell(release.spec, a, "-", "skipped", why) for a, why in absent.items() if chosen(a)])
         gates += [(installed, adapter) for adapter in adapters]
+    specs = list(dict.fromkeys([i.release.spec for i, _ in gates] + [c.release for c in cells]))
     names = ", ".join(f"{i.release.spec} {a.rsplit(':', 1)[-1]}" for i, a in gates)
     with console.status(f"gating {names} at {args.profile} (one pytest process each, {args.jobs} at a time)"), \
             ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -280,22 +266,25 @@ def cmd_releases(args) -> int:
             new, exercised = run.result()
             add(new)
             done.append(exercised)
-    cells.sort(key=lambda c: (args.specs.index(c.release) if c.release in args.specs else 0))
-    meta = {"releases": args.specs, "profile": args.profile, "keyword": args.k, "max_examples": args.max_examples,
-            "cache": str(root), "device": os.environ.get("RS_VERIFY_DEVICE") or "auto",
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     order = {g: n for n, g in enumerate((i.release.spec, a) for i, a in gates)}
+    cells.sort(key=lambda c: (specs.index(c.release), order.get((c.release, c.adapter), -1)))
+    meta = {"releases": specs, "asked": args.specs, "profile": args.profile, "keyword": args.k,
+            "max_examples": args.max_examples, "cache": str(root),
+            "device": os.environ.get("RS_VERIFY_DEVICE") or "auto", "pins": pins,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     done.sort(key=lambda d: order.get((d.release, d.adapter), 0))
-    paths = write(cells, out, meta, done)
-    console.print(f"table: {paths['markdown']}, {paths['json']}", highlight=False, markup=False)
+    paths = release_table.write(cells, out, meta, done)
+    console.print(f"table: {paths['markdown']}, {paths['json']}; pins: {paths['catalogue']}",
+                  highlight=False, markup=False)
     return exit_code(cells, args.fail_on)
 
 
 def add_parser(sub) -> None:
     """The `releases` subcommand of `rs-verify` (wired in rs_verify.frontends.cli)."""
-    p = sub.add_parser("releases", help="install released libraries (vllm==0.33.0, sglang==0.5.23, ...) outside the "
-                                        "repository and gate each adapter they support through the pytest plugin")
-    p.add_argument("specs", nargs="+", metavar="SPEC", help="releases as pip pins them, name==version")
+    p = sub.add_parser("releases", help="install released libraries (vllm==0.33.0, sglang, a wheel, ...) outside the "
+                                        "repository and gate each adapter they offer through the pytest plugin")
+    p.add_argument("specs", nargs="+", metavar="SPEC",
+                   help="releases: name==version, a name alone (its newest release) or a wheel file (a candidate)")
     p.add_argument("--profile", choices=PROFILE_NAMES, default="ci", help="Hypothesis profile of the gate (default ci)")
     p.add_argument("-k", default=None, metavar="EXPR", help="pytest -k expression selecting properties")
     p.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")

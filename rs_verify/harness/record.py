@@ -17,7 +17,8 @@ family whose record offers it],
 `sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
 [absent], `block_v` [None: the sampler's vocabulary block, when it has one], `deviations` [{}:
 SPEC 11's declared deviations, names of shipped ones or `Deviation` records or their paths; a
-front end adds those named on its command line with `replace`]. The record also
+front end adds those named on its command line with `replace`], `detected` [{}: facts an adapter
+read from the library it wraps, e.g. `{"draft_logits": "raw"}`, shown in the summary]. The record also
 says when the suite itself runs the sampler's Triton code through the interpreter: such a
 sampler is treated as interpreted (too slow for the distribution campaigns) without saying so.
 """
@@ -71,6 +72,7 @@ class SamplerRecord:
     has_unvalidated: bool = False
     block_v: int | None = None
     deviations: frozenset = frozenset()  # SPEC 11: names of shipped deviations, or Deviation records
+    detected: tuple = ()  # (fact, value) pairs an adapter read from the library it wraps
 
     def __post_init__(self):
         who = f"sampler {self.name}"
@@ -196,6 +198,17 @@ class SamplerRecord:
             out.append(f"the distribution campaigns: {SUITE_INTERPRETED}")
         return out
 
+    def declared(self) -> list[str]:
+        """One `key: value` line per declaration a release's table shows (the plugin's summary section
+        "rs-verify: sampler"), then each fact the adapter detected."""
+        values = {"streams": getattr(self.streams, "name", self.streams), "block_seed": self.block_seed,
+                  "resample": self.resample, "verification": ",".join(sorted(self.verification_methods)),
+                  "draft_modes": ",".join(sorted(self.draft_modes)),
+                  "deviations": ",".join(sorted(getattr(d, "name", d) for d in self.deviations)) or "none",
+                  "logit_bound": getattr(self, "logit_bound", None) or "none",
+                  "interpreted": "yes" if self.interpreted else "no"}
+        return [f"{k}: {v}" for k, v in values.items()] + [f"{k}: {v}" for k, v in self.detected]
+
     def exercised(self, sent: list[dict]) -> list[str]:
         """One line for each of `EXERCISED` that the sampler declares: how many of the batches it
         answered carried it, over the properties whose `sent` tallies are given (one dict per
@@ -244,7 +257,9 @@ class SamplerRecord:
     @classmethod
     def from_dict(cls, values: dict) -> "SamplerRecord":
         names = {f.name for f in fields(cls)}
-        return cls(**{k: (frozenset(v) if isinstance(v, list) else v) for k, v in values.items() if k in names})
+        values = {**values, "detected": tuple(tuple(kv) for kv in values.get("detected", ()))}
+        return cls(**{k: (frozenset(v) if isinstance(v, list) and k != "detected" else v)
+                      for k, v in values.items() if k in names})
 
     def replace(self, **changes) -> "SamplerRecord":
         return type(self)(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **changes})
@@ -328,7 +343,14 @@ def record_of(sampler) -> SamplerRecord:
         has_unvalidated=callable(getattr(sampler, "unvalidated", None)),
         block_v=block_v if isinstance(block_v, int) and not isinstance(block_v, bool) else None,
         deviations=_declared(sampler, "deviations", frozenset()),
+        detected=_detected(name, _declared(sampler, "detected", {})),
     )
+
+
+def _detected(who: str, declared) -> tuple:
+    if not isinstance(declared, dict):
+        raise DeclarationError(f"{who}: detected must be a dict of facts (str -> str), not {declared!r}")
+    return tuple((str(k), str(v)) for k, v in declared.items())
 
 
 def runs_triton(sampler) -> bool:
