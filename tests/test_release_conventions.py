@@ -84,11 +84,14 @@ def test_the_measured_deviations_are_declared():
                          deviations=()).unvalidated().deviations == frozenset()
 
 
-def fake_vllm_v1_0_33_0(seen: dict, defect=None):
+def fake_vllm_v1_0_33_0(seen: dict, defect=None, optional=tuple(vllm_v1.OPTIONAL), launch=True):
     """0.33.0's convention over the older fake: `target_logits` in (softmax taken inside), six
     optional parameters, and the recovered tokens through `_sample_recovered_tokens(..., inv_q)`.
     `seen` records the optional arguments and the dtype of inv_q; `defect="inv_q_is_e"` reads
-    `inv_q` as E (the old kernel's input), which must fail certification."""
+    `inv_q` as E (the old kernel's input), which must fail certification. `optional`: the optional
+    parameters its signature shows (0.29.0 to 0.32.0: the first three); `launch=False`: no
+    `_sample_recovered_tokens` (before 0.32.0): the kernel is launched with `inv_q` and its block
+    and flags by name, as those releases' `sample_recovered_tokens` does."""
     old = fake_vllm_v1()
     mod = types.ModuleType("fake_vllm_v1_0_33_0")
     mod.PLACEHOLDER_TOKEN_ID, mod.GREEDY_TEMPERATURE = -1, 0
@@ -125,8 +128,21 @@ def fake_vllm_v1_0_33_0(seen: dict, defect=None):
     class Kernel:
         arg_names = [*old.sample_recovered_tokens_kernel.arg_names, "USE_FP64_GUMBEL"]
 
+        def __getitem__(self, grid):
+            def run(out, cu, ids, draft_probs, target_probs, inv_q, vocab_size, *, BLOCK_SIZE, NO_DRAFT_PROBS,
+                    USE_FP64_GUMBEL):
+                assert grid[0] == inv_q.shape[0] and NO_DRAFT_PROBS == (draft_probs is None)
+                assert USE_FP64_GUMBEL == (inv_q.dtype == torch.float64)
+                _sample_recovered_tokens(out, cu, ids, draft_probs, target_probs, inv_q, max_spec_len=grid[1])
+            return run
+
+    params = inspect.signature(rejection_sample).parameters
+    rejection_sample.__signature__ = inspect.Signature([p for n, p in params.items()
+                                                        if n not in vllm_v1.OPTIONAL or n in optional])
     mod.rejection_sample, mod.generate_uniform_probs = rejection_sample, generate_uniform_probs
-    mod.sample_recovered_tokens, mod._sample_recovered_tokens = sample_recovered_tokens, _sample_recovered_tokens
+    mod.sample_recovered_tokens = sample_recovered_tokens
+    if launch:
+        mod._sample_recovered_tokens = _sample_recovered_tokens
     mod.sample_recovered_tokens_kernel = Kernel()
     return mod
 
@@ -156,9 +172,42 @@ def test_an_unknown_parameter_of_0_33_0_is_refused_by_name():
                         target_logits, bonus_token_ids, sampling_metadata)
 
     fake.rejection_sample = rejection_sample
-    with pytest.raises(TypeError, match=r"refuses the parameters it does not know: \['watermark_key'\]"):
+    with pytest.raises(TypeError, match=r"takes optional parameters the adapter does not know: \['watermark_key'\]"):
         VllmV1Sampler(module=fake, device="cpu")
-    assert tuple(inspect.signature(original).parameters) == vllm_v1.CONVENTIONS[vllm_v1.LOGITS]["rejection_sample"]
+    assert tuple(inspect.signature(original).parameters) == sum(vllm_v1.CONVENTIONS[vllm_v1.LOGITS]["rejection_sample"], ())
+
+    def rejection_sample(draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs,
+                         target_logits, bonus_token_ids, sampling_metadata, context_lens, synthetic_mode=False):
+        raise AssertionError("never called")
+
+    fake.rejection_sample = rejection_sample
+    with pytest.raises(TypeError, match=r"requires parameters the adapter does not know: \['context_lens'\]"):
+        VllmV1Sampler(module=fake, device="cpu")
+
+
+def test_the_0_29_0_to_0_32_0_convention_is_followed():
+    """Three optional parameters (no FLy), and before 0.32.0 no `_sample_recovered_tokens`: the
+    adapter passes the ones the release has and launches the kernel with inv_q itself."""
+    older = ("synthetic_mode", "synthetic_conditional_rates", "use_fp64_gumbel")
+    batch = _batch(drafts=((3, 5, 1), (2, 6, 4), (7, 0, 2), (1, 1, 1)), temperature=(0.7, 0.9, 1.3, 2.0))
+    right = VllmV1Sampler(module=fake_vllm_v1_0_33_0({}), device="cpu")(batch).sampled
+    for launch in (True, False):
+        seen = {}
+        sampler = VllmV1Sampler(module=fake_vllm_v1_0_33_0(seen, optional=older, launch=launch), device="cpu")
+        assert sampler.optional == older and sampler.detected["recover_launch"] == (
+            "_sample_recovered_tokens" if launch else "sample_recovered_tokens_kernel")
+        np.testing.assert_array_equal(sampler(batch).sampled, right)
+        assert seen == {"synthetic_mode": False, "synthetic_conditional_rates": None, "use_fp64_gumbel": False,
+                        "fly_window_size": None, "inv_q": torch.float32}  # FLy at the fake's default
+    sampler = VllmV1Sampler(module=fake_vllm_v1_0_33_0(seen, optional=older, launch=False), device="cpu",
+                            use_fp64_gumbel=True)
+    sampler(batch)
+    assert seen["inv_q"] == torch.float64
+    wrong = VllmV1Sampler(module=fake_vllm_v1_0_33_0({}, "inv_q_is_e", optional=older, launch=False),
+                          device="cpu")(batch).sampled
+    assert not np.array_equal(right, wrong)
+    with pytest.raises(ValueError, match="use_fp64_gumbel"):
+        VllmV1Sampler(module=fake_vllm_v1_0_33_0({}, optional=()), device="cpu", use_fp64_gumbel=True)
 
 
 def test_the_gate_passes_the_0_33_0_convention(reference):

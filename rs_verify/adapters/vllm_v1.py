@@ -79,7 +79,8 @@ PROBS, LOGITS = "target_probs", "target_logits"
 _HEAD = ("draft_token_ids", "num_draft_tokens", "max_spec_len", "cu_num_draft_tokens", "draft_probs")
 _RECOVER = ("max_spec_len", "num_draft_tokens", "cu_num_draft_tokens", "draft_token_ids", "draft_probs",
             "target_probs", "sampling_metadata", "device")
-# 0.33.0's optional parameters of rejection_sample, each passed deliberately (None: the sampler's choice).
+# The optional parameters of rejection_sample the adapter knows, each passed deliberately where the
+# release has it (None: the sampler's choice): up to 0.32.0 the first three, 0.33.0 all six.
 OPTIONAL = {
     "synthetic_mode": False,  # acceptance `u < rate` from configured rates: lossy by design
     "synthetic_conditional_rates": None,
@@ -88,21 +89,26 @@ OPTIONAL = {
     "fly_entropy_threshold": None,  # read only with FLy
     "fly_entropy_top_k": 3,  # vLLM's default; read only with FLy
 }
+# Per convention: each function the adapter calls or replaces, the parameters it relies on in
+# order, and the optional ones it may also have (any subset, each with a default).
 CONVENTIONS = {
-    PROBS: {"rejection_sample": (*_HEAD, "target_probs", "bonus_token_ids", "sampling_metadata"),
-            "generate_uniform_probs": ("num_tokens", "num_draft_tokens", "generators", "device"),
-            "sample_recovered_tokens": _RECOVER},
-    LOGITS: {"rejection_sample": (*_HEAD, "target_logits", "bonus_token_ids", "sampling_metadata", *OPTIONAL),
-             "generate_uniform_probs": ("num_tokens", "num_draft_tokens", "generators", "device"),
-             "sample_recovered_tokens": (*_RECOVER, "use_fp64_gumbel"),
-             "_sample_recovered_tokens": ("output_token_ids", "cu_num_draft_tokens", "draft_token_ids", "draft_probs",
-                                          "target_probs", "inv_q", "max_spec_len")},
+    PROBS: {"rejection_sample": ((*_HEAD, "target_probs", "bonus_token_ids", "sampling_metadata"), ()),
+            "generate_uniform_probs": (("num_tokens", "num_draft_tokens", "generators", "device"), ()),
+            "sample_recovered_tokens": (_RECOVER, ())},
+    LOGITS: {"rejection_sample": ((*_HEAD, "target_logits", "bonus_token_ids", "sampling_metadata"), tuple(OPTIONAL)),
+             "generate_uniform_probs": (("num_tokens", "num_draft_tokens", "generators", "device"), ()),
+             "sample_recovered_tokens": (_RECOVER, ("use_fp64_gumbel",))},
 }
+# vLLM's own launch of the recovery kernel with inv_q (0.32.0 on); before it, the adapter launches
+# the kernel as that release's sample_recovered_tokens does.
+RECOVER_LAUNCH = ("_sample_recovered_tokens", ("output_token_ids", "cu_num_draft_tokens", "draft_token_ids",
+                                               "draft_probs", "target_probs", "inv_q", "max_spec_len"))
 KERNEL = "sample_recovered_tokens_kernel"
 # out, cu, draft ids, draft probs, target probs, q (1/E for LOGITS), vocab size, block or padded size,
 # no-draft-probs flag (+ the fp64 flag for LOGITS)
 KERNEL_ARGS = {PROBS: 9, LOGITS: 10}
 NOISE = explicit.READS[explicit.GUMBEL]
+V1_RECOVER_BLOCK = 8192  # the vocabulary block vLLM's sample_recovered_tokens launches the kernel with
 _PATCH_LOCK = threading.RLock()  # the replacements live in the module's namespace during a call
 
 
@@ -129,30 +135,51 @@ def load_vllm_v1():
                           f"functions.") from exc
 
 
-def check_convention(module) -> str:
-    """PROBS (probabilities in) or LOGITS (0.33.0: logits in, optional parameters), by rejection_sample's
-    sixth parameter; a TypeError naming what differs when the module matches neither."""
+def _follow(name: str, fn, expected: tuple, optional: tuple) -> tuple[str, ...]:
+    """The parameters of `fn` if it takes `expected` first, then any of `optional` (each with a
+    default); a TypeError naming each parameter the adapter does not know (required or optional)
+    or each one it relies on that is missing."""
+    sig = inspect.signature(fn).parameters
+    names = tuple(sig)
+    head, rest = names[:len(expected)], names[len(expected):]
+    unknown = [n for n in rest if n not in optional]
+    required = [n for n in unknown if sig[n].default is inspect.Parameter.empty]
+    if head != expected or unknown:
+        what = (f"; it requires parameters the adapter does not know: {required}" if required else
+                f"; it takes optional parameters the adapter does not know: {unknown} (an unread default may "
+                f"change what it verifies)" if unknown else "")
+        raise TypeError(f"{name}{names}: the vLLM V1 adapter knows {name}{expected} followed by any of {list(optional)}"
+                        f"{what}; the calling convention changed")
+    missing = [n for n in rest if sig[n].default is inspect.Parameter.empty]
+    if missing:
+        raise TypeError(f"{name}: the parameters {missing} have no default: the calling convention changed")
+    return rest
+
+
+def check_convention(module) -> tuple[str, tuple[str, ...]]:
+    """PROBS (probabilities in) or LOGITS (0.29.0 on: logits in, optional parameters), by
+    rejection_sample's sixth parameter, and the optional parameters its rejection_sample takes; a
+    TypeError naming what differs when the module matches neither."""
     name = getattr(module, "__name__", module)
     if not callable(getattr(module, "rejection_sample", None)):
         raise TypeError(f"{name} has no rejection_sample: the calling convention changed")
     params = tuple(inspect.signature(module.rejection_sample).parameters)
     conv = LOGITS if LOGITS in params else PROBS
-    for fn, expected in CONVENTIONS[conv].items():
+    taken = ()
+    for fn, (expected, optional) in CONVENTIONS[conv].items():
         if not callable(getattr(module, fn, None)):
             raise TypeError(f"{name} has no {fn}: the calling convention changed")
-        names = tuple(inspect.signature(getattr(module, fn)).parameters)
-        if names != expected:
-            unknown = [n for n in names if n not in expected]
-            what = f"; it refuses the parameters it does not know: {unknown}" if unknown else ""
-            raise TypeError(f"{fn}{names}: the vLLM V1 adapter knows {fn}{expected}{what}; the calling convention "
-                            f"changed")
+        rest = _follow(fn, getattr(module, fn), expected, optional)
+        taken = rest if fn == "rejection_sample" else taken
+    launch = getattr(module, RECOVER_LAUNCH[0], None)
+    if launch is not None and conv == LOGITS:
+        _follow(RECOVER_LAUNCH[0], launch, RECOVER_LAUNCH[1], ())
     kernel = getattr(module, KERNEL, None)
     args = getattr(kernel, "arg_names", None)
     if kernel is None or (args is not None and len(args) != KERNEL_ARGS[conv]):
         raise TypeError(f"{KERNEL}: expected a kernel of {KERNEL_ARGS[conv]} parameters, found {args}: the calling "
                         f"convention changed")
-    return conv
-
+    return conv, taken
 
 
 def _next_power_of_2(n: int) -> int:
@@ -193,10 +220,12 @@ class VllmV1Sampler:
         self.device = torch.device(("cpu" if backend.interpreted() else "cuda") if device is None else device)
         self.interpreted = self.device.type != "cuda"
         self.module = load_vllm_v1() if module is None else module
-        self.convention = check_convention(self.module)
-        if use_fp64_gumbel and self.convention != LOGITS:
-            raise ValueError("use_fp64_gumbel: this vLLM's rejection_sample has no float64 exponentials (it takes "
-                             "target_probs: the convention before 0.33.0)")
+        self.convention, self.optional = check_convention(self.module)
+        if use_fp64_gumbel and "use_fp64_gumbel" not in self.optional:
+            raise ValueError("use_fp64_gumbel: this vLLM's rejection_sample has no float64 exponentials")
+        # what the adapter read from the release (the release gate's matrix shows it)
+        self.detected = {"convention": self.convention, "optional": ",".join(self.optional) or "none",
+                         "recover_launch": RECOVER_LAUNCH[0] if hasattr(self.module, RECOVER_LAUNCH[0]) else KERNEL}
         self.use_fp64_gumbel = bool(use_fp64_gumbel)
         self.greedy_temperature = float(getattr(self.module, "GREEDY_TEMPERATURE", 0))
         self.placeholder = int(getattr(self.module, "PLACEHOLDER_TOKEN_ID", -1))
@@ -265,7 +294,7 @@ class VllmV1Sampler:
             return {**args, "target_probs": prep.p[rows_t].contiguous()}
         # 0.33.0: the processed logits z (vLLM takes softmax(z, float32) itself, argmax z for greedy requests)
         return {**args, "target_logits": prep.z[rows_t].contiguous(),
-                **{k: (self.use_fp64_gumbel if v is None and k == "use_fp64_gumbel" else v) for k, v in OPTIONAL.items()}}
+                **{k: (self.use_fp64_gumbel if k == "use_fp64_gumbel" else OPTIONAL[k]) for k in self.optional}}
 
     @contextlib.contextmanager
     def _noise(self, batch: SpecBatch, prep: Prepared, e: torch.Tensor):
@@ -284,12 +313,18 @@ class VllmV1Sampler:
         def sample_recovered_tokens(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
                                     draft_probs, target_probs, sampling_metadata, device, use_fp64_gumbel=False):
             recovered = torch.empty_like(draft_token_ids)
-            if self.convention == LOGITS:  # vLLM's own launch, with inv_q = 1 / E (q.reciprocal() in vLLM)
-                q = e.to(torch.float64 if use_fp64_gumbel else torch.float32)
-                module._sample_recovered_tokens(recovered, cu_num_draft_tokens, draft_token_ids, draft_probs,
-                                                target_probs, q.reciprocal().contiguous(), max_spec_len=max_spec_len)
-                return recovered
             vocab_size = target_probs.shape[-1]
+            if self.convention == LOGITS:  # vLLM's own launch, with inv_q = 1 / E (q.reciprocal() in vLLM)
+                inv_q = e.to(torch.float64 if use_fp64_gumbel else torch.float32).reciprocal().contiguous()
+                if hasattr(module, RECOVER_LAUNCH[0]):
+                    module._sample_recovered_tokens(recovered, cu_num_draft_tokens, draft_token_ids, draft_probs,
+                                                    target_probs, inv_q, max_spec_len=max_spec_len)
+                else:  # 0.29.0 to 0.31.x: the launch inside its sample_recovered_tokens, block and flags by name
+                    kernel[(len(num_draft_tokens), max_spec_len)](
+                        recovered, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, inv_q, vocab_size,
+                        BLOCK_SIZE=V1_RECOVER_BLOCK, NO_DRAFT_PROBS=draft_probs is None,
+                        USE_FP64_GUMBEL=bool(use_fp64_gumbel))
+                return recovered
             kernel[(len(num_draft_tokens), max_spec_len)](
                 recovered, cu_num_draft_tokens, draft_token_ids, draft_probs, target_probs, e.contiguous(),
                 vocab_size, _next_power_of_2(vocab_size), draft_probs is None)
