@@ -155,6 +155,10 @@ class VllmSampler:
         if block_seed is None and offered:
             block_seed = vllm_probe.detect_block_seed(self._probe_run)
         self.block_seed = block_seed or "plain"
+        # what the adapter read from the release (the release gate's matrix shows it with the declarations)
+        self.detected = {"draft_logits": self.draft_logits, "draft_logits_in": "draft_logits_cache" if
+                         "draft_logits_cache" in self.parameters else "draft_logits",
+                         "optional": ",".join(p for p in self.parameters if p in vllm_convention.GATED) or "none"}
 
     def _probe_run(self, batch: SpecBatch) -> SamplerOutput:
         """The wrapped function's output for the probe's batch, its draft logits handed raw."""

@@ -118,7 +118,7 @@ class VllmChunkedSampler:
         self.inner = VllmSampler(validate=validate, **options)
         self.validate = self.inner.validate
         self.device, self.interpreted = self.inner.device, self.inner.interpreted
-        for attr in ("streams", "block_seed", "deviations", "verification_methods"):
+        for attr in ("streams", "block_seed", "deviations", "verification_methods", "detected"):
             setattr(self, attr, getattr(self.inner, attr))
         self._options = {k: getattr(self.inner, k) for k in ("streams", "draft_logits", "block_seed")}
         self.loop = importlib.import_module(REJECTION_SAMPLER_MODULE)

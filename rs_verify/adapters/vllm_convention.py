@@ -21,7 +21,9 @@ A release on a machine without CUDA (`prepare_environment`, called before vLLM i
 worker whose GPU shows up later" and so keeps the real Triton (with it unset and no GPU driver it
 substitutes a placeholder `triton`). Under Triton's interpreter, which has no libdevice,
 `install_log1p` gives the wrapped module's `tldevice` a `log1p` written in `tl` operations (its
-one libdevice call, in the residual of the resample kernel); the library's files are not touched.
+one libdevice call, in the residual of the resample kernel), and that of every loaded module of
+vLLM's GPU model runner (0.29.0 calls `log1p` in the Gumbel noise of `sample/gumbel.py`); the
+library's files are not touched.
 """
 
 from __future__ import annotations
@@ -83,8 +85,10 @@ def load_rejection_sample(interpreted: bool):
     fn = getattr(module, "rejection_sample", None)
     if fn is None:
         raise ImportError(f"{VLLM_MODULE} has no rejection_sample: this vllm version predates or renamed it")
-    if interpreted:
-        install_log1p(module)
+    if interpreted:  # the module and the kernel helpers it imports (0.29.0's Gumbel noise: sample/gumbel.py)
+        for name, loaded in list(sys.modules.items()):
+            if loaded is module or name.startswith("vllm.v1.worker.gpu."):
+                install_log1p(loaded)
     return fn
 
 
