@@ -117,13 +117,12 @@ def test_usage_errors(tmp_path):
     assert cli.main(["releases", "vllm==0.33.0", "--jobs", "0"]) == 2
 
 
-def test_the_packaged_catalogue_pins_everything():
-    known = catalogue.load_catalogue()
-    assert {"vllm==0.33.0", "vllm==0.34.0", "sglang==0.5.23"} <= set(known)
+def test_the_packaged_catalogue_only_overrides():
+    known = catalogue.load_catalogue()  # parses; any release gates without an entry
     for release in known.values():
-        assert release.adapters and all(":" in a for a in release.adapters)
+        assert all(":" in a for a in release.adapters)
         assert all("==" in pin for pin in release.pure_python)
-        assert not {p.split("==")[0] for p in release.pure_python} & {"torch", "triton", "numpy"}
+        assert not {resolve.canonical(p.split("==")[0]) for p in release.pure_python} & set(resolve.PROVIDED)
 
 
 def test_a_malformed_catalogue_names_the_fault(tmp_path):

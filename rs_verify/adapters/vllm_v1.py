@@ -69,7 +69,7 @@ from ..contract import explicit
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..harness import device as backend
-from . import explicit_inputs
+from . import explicit_inputs, vllm_convention
 from .explicit_inputs import Prepared
 
 VLLM_V1_MODULE = "vllm.v1.sample.rejection_sampler"
@@ -219,6 +219,8 @@ class VllmV1Sampler:
             backend.resolve()
         self.device = torch.device(("cpu" if backend.interpreted() else "cuda") if device is None else device)
         self.interpreted = self.device.type != "cuda"
+        if module is None:  # vLLM's triton_utils reads the environment at import (vllm_convention)
+            vllm_convention.prepare_environment(self.interpreted)
         self.module = load_vllm_v1() if module is None else module
         self.convention, self.optional = check_convention(self.module)
         if use_fp64_gumbel and "use_fp64_gumbel" not in self.optional:
