@@ -223,15 +223,25 @@ def test_resolution_leaves_out_the_environment_and_cuda_only_packages():
                           item("flashinfer-python", "0.6", "cuda-python", "torch"), item("cuda-python", "13"),
                           item("kernels", "0.1", "nvidia-ml-py; extra == 'gpu'"), item("nvidia-ml-py", "13"),
                           item("Pydantic", "2.14.4", "rich"), item("rich", "14")]}
-    found = resolve.select(report, "vllm", provided=frozenset({"rich"}))
-    assert (found.name, found.version) == ("vllm", "0.32.0")
-    assert found.pins == ("kernels==0.1", "Pydantic==2.14.4")  # an optional (extra) CUDA requirement is kept
-    assert found.left_out == {"torch": "provided by the environment",
-                              "torchvision": "built against one torch: the environment's torch is used",
-                              "pytorch-triton": "built against one torch: the environment's torch is used",
-                              "flashinfer-python": "CUDA-only (requires cuda-python)", "cuda-python": "CUDA-only",
-                              "nvidia-ml-py": "CUDA-only", "rich": "provided by the environment"}
-    assert resolve.select({"install": []}, "vllm").error
+    pins, left = resolve.select(report, "vllm", provided=frozenset({"rich"}), left_out={"cuda-tile": "CUDA-only"})
+    assert pins == ("kernels==0.1", "Pydantic==2.14.4")  # an optional (extra) CUDA requirement is kept
+    assert left == {"cuda-tile": "CUDA-only", "torch": "provided by the environment",
+                    "torchvision": "built against one torch: the environment's torch is used",
+                    "pytorch-triton": "built against one torch: the environment's torch is used",
+                    "flashinfer-python": "CUDA-only (requires cuda-python)", "cuda-python": "CUDA-only",
+                    "nvidia-ml-py": "CUDA-only", "rich": "provided by the environment"}
+
+
+def test_a_requirement_without_a_wheel_here_is_left_out_and_the_rest_resolved(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = _wheel(wheels, requires=["rsfakedep", "rsnowheel>=1", "cuda-tile==1.6.0rc5", "torch==2.14.1",
+                                     "rsfakewin; sys_platform == 'win32'"])
+    _wheel(wheels, name="rsfakedep")
+    found = resolve.resolve(str(wheel), downloads=tmp_path / "dl", find_links=str(wheels), no_index=True)
+    assert found.error is None and (found.name, found.version, found.pins) == ("rsfakelib", "1.0", ("rsfakedep==1.0",))
+    assert found.left_out["cuda-tile"] == "CUDA-only" and found.left_out["torch"] == "provided by the environment"
+    assert found.left_out["rsnowheel"].startswith("no wheel for this machine") and "rsfakewin" not in found.left_out
 
 
 def test_discovery_reads_the_installed_files(tmp_path):

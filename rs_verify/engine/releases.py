@@ -216,10 +216,10 @@ def install(release: Release, root: Path, *, find_links: str | None = None, no_i
     if offline:
         return Installed(release, None, f"not in the cache {release_dir(release, root)} (offline: nothing is fetched)")
     source = (["--no-index"] if no_index else []) + (["--find-links", str(find_links)] if find_links else [])
-    pins, left_out = release.pure_python, {}
+    pins, left_out, wheel = release.pure_python, {}, release.wheel
     if not release.pinned or not release.version:
-        found = resolver.resolve(release.wheel or release.spec.rstrip("="), find_links=find_links,
-                                 no_index=no_index, timeout=timeout)
+        found = resolver.resolve(release.wheel or release.spec.rstrip("="), downloads=root / "downloads",
+                                 find_links=find_links, no_index=no_index, timeout=timeout)
         if found.error:
             return Installed(release, None, f"cannot resolve the dependencies of {release.spec.rstrip('=')}: {found.error}")
         if not release.version:
@@ -229,12 +229,13 @@ def install(release: Release, root: Path, *, find_links: str | None = None, no_i
                 return reused
         if not release.pinned:
             pins, left_out = found.pins, found.left_out
+        wheel = found.wheel  # fetched once: installed from the file
     home = release_dir(release, root)
     site, marker = home / "site", home / MARKER
     tmp = home / "site.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True, exist_ok=True)
-    error = _pip([*source, "--target", str(tmp), release.wheel or release.spec], timeout)
+    error = _pip([*source, "--target", str(tmp), wheel or release.spec], timeout)
     if error:
         shutil.rmtree(tmp, ignore_errors=True)
         return Installed(release, None, f"cannot install {release.spec}: {error}")
