@@ -201,7 +201,9 @@ class SamplerRecord:
     def declared(self) -> list[str]:
         """One `key: value` line per declaration a release's table shows (the plugin's summary section
         "rs-verify: sampler"), then each fact the adapter detected."""
-        values = {"streams": getattr(self.streams, "name", self.streams), "block_seed": self.block_seed,
+        blocks = methods.BLOCK.name in self.verification_methods
+        values = {"streams": getattr(self.streams, "name", self.streams),
+                  "block_seed": self.block_seed if blocks else "-",
                   "resample": self.resample, "verification": ",".join(sorted(self.verification_methods)),
                   "draft_modes": ",".join(sorted(self.draft_modes)),
                   "deviations": ",".join(sorted(getattr(d, "name", d) for d in self.deviations)) or "none",
