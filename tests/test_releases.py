@@ -210,9 +210,13 @@ def test_any_release_resolves_its_dependencies_and_offers_its_adapters(any_relea
     assert code == 0
     # a wheel file is a release candidate: that file is installed
     wheel = any_release["wheels"] / "rsfakelib-1.0-py3-none-any.whl"
-    code, cells = _run(any_release, str(wheel))
-    assert {c.release for c in cells} == {"rsfakelib==1.0"} and code == 0
-    assert json.loads((any_release["cache"] / "rsfakelib-1.0" / catalogue.MARKER).read_text())["wheel"] == str(wheel)
+    installed = catalogue.install(catalogue.target(str(wheel)), any_release["cache"],
+                                  find_links=str(any_release["wheels"]), no_index=True)
+    assert installed.error is None and installed.release.spec == "rsfakelib==1.0"
+    assert json.loads((installed.site.parent / catalogue.MARKER).read_text())["wheel"] == str(wheel)
+    assert catalogue.target(str(wheel)).wheel == str(wheel) and catalogue.cached_versions("rsfakelib",
+                                                                                         any_release["cache"]) == ["1.0", "1.1"]
+    assert catalogue.target("rsfakelib", root=any_release["cache"], offline=True).spec == "rsfakelib==1.1"
 
 
 def test_resolution_leaves_out_the_environment_and_cuda_only_packages():
