@@ -263,3 +263,29 @@ def test_discovery_reads_the_installed_files(tmp_path):
     (site / discovery.VLLM_GUMBEL).write_text("def murmur3_uniform64(seed, pos, offset):\n")
     assert dict(discovery.offered("vllm", site))["rs_verify.adapters.vllm:VllmFp64Sampler"] is None
     assert discovery.offered("nolib", site) == []
+
+
+def test_earlier_tables_combine_and_say_what_changed_between_releases(tmp_path):
+    """`--tables`: runs' tables rendered as one, ordered by version, with the detected changes."""
+    def run(directory, release, streams, block_seed, status="passed"):
+        cells = [Cell(release, "rs_verify.adapters.vllm:VllmSampler", "certified_equivalence", status,
+                      "request 0, step 1: argmax diverges" if status == "failed" else "")]
+        declared = [f"streams: {streams}", f"block_seed: {block_seed}", "interpreted: yes"]
+        from rs_verify.frontends.release_table import Exercised, write
+        write(cells, tmp_path / directory, {"releases": [release], "profile": "ci", "created": "now", "cache": "c",
+                                            "device": "auto", "pins": {release: {"pins": ["x==1"], "left_out": {}}}},
+              [Exercised(release, "rs_verify.adapters.vllm:VllmSampler", [], [], declared)])
+    run("b", "vllm==0.33.0", "murmur3", "step", "failed")
+    run("a", "vllm==0.32.0", "murmur3", "plain")
+    run("c", "vllm==0.29.0", "triton-philox", "plain")
+    out = tmp_path / "all"
+    assert cli.main(["releases", "--tables", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c"),
+                     "--out", str(out), "--fail-on", "never"]) == 0
+    md = (out / "releases.md").read_text()
+    assert ("- vllm==0.29.0 -> vllm==0.32.0: `vllm:VllmSampler`: streams triton-philox -> murmur3\n"
+            "- vllm==0.32.0 -> vllm==0.33.0: `vllm:VllmSampler`: block_seed plain -> step") in md
+    rows = json.loads((out / "releases.json").read_text())["matrix"]
+    assert [r["release"] for r in rows] == ["vllm==0.29.0", "vllm==0.32.0", "vllm==0.33.0"]
+    assert rows[2]["failures"] == ["certified_equivalence (SPEC 8): request 0, step 1: argmax diverges"]
+    assert cli.main(["releases", "--tables", str(tmp_path / "a"), "vllm==0.33.0"]) == 2
+    assert cli.main(["releases"]) == 2

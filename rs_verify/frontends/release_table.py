@@ -14,8 +14,39 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+@dataclass
+class Cell:
+    release: str
+    adapter: str
+    property: str  # "-" for a cell about the whole adapter (install, load)
+    status: str  # passed | failed | skipped | xfail | error
+    message: str = ""  # a failure's first line, a skip's reason, an error's cause
+    replay: str = ""  # the command that replays a failure from its bundle
+    seconds: float = 0.0
+
+
+@dataclass
+class Exercised:
+    """What one adapter's run exercised, as the plugin's summary says it (its two sections): the
+    verification methods and parameters it answered, each declared deviation (SPEC 11) with the
+    decisions its rule decided or "never reached", and what the sampler declared away."""
+    release: str
+    adapter: str
+    exercised: list
+    not_exercised: list
+    declared: list = field(default_factory=list)  # "key: value": what the sampler declared and detected
+
+    def detection(self) -> dict:
+        return dict(line.split(": ", 1) for line in self.declared if ": " in line)
+
+    def deviations(self) -> list:
+        return [line.removeprefix("deviation ") for line in self.exercised if line.startswith("deviation ")]
+
 
 DETECTED = ("streams", "block_seed", "draft_logits", "verification", "deviations", "logit_bound")
 SPEC_CLAUSE = re.compile(r"SPEC (?:sections? )?(\d+[a-d]?(?:(?:,| and) \d+[a-d]?)*)")
@@ -52,6 +83,41 @@ def matrix(cells: list, done: list) -> list[dict]:
     return list(rows.values())
 
 
+def _version_key(spec: str):
+    name, _, version = spec.partition("==")
+    try:
+        return name, 0, Version(version)
+    except InvalidVersion:
+        return name, 1, version
+
+
+def changes(rows: list[dict]) -> list[str]:
+    """What changed between consecutive releases of each package in the matrix: adapters gained or
+    lost, and each detected fact (DETECTED, and the adapter's own) that differs."""
+    by_release: dict = {}
+    for row in rows:
+        by_release.setdefault(row["release"], {})[row["adapter"]] = row
+    out = []
+    specs = sorted(by_release, key=_version_key)
+    for old, new in zip(specs, specs[1:]):
+        if old.partition("==")[0] != new.partition("==")[0]:
+            continue
+        said = []
+        for adapter in sorted(set(by_release[old]) | set(by_release[new])):
+            a, b = by_release[old].get(adapter), by_release[new].get(adapter)
+            short = adapter.rsplit(".", 1)[-1]
+            gone_a, gone_b = (r is None or not r["detected"] for r in (a, b))
+            if gone_a != gone_b:
+                said.append(f"`{short}` " + ("gained" if gone_a else f"lost ({_md((b or {}).get('skipped_why', ''))})"))
+            elif not gone_a:
+                diff = [f"{k} {a['detected'].get(k, '-')} -> {b['detected'].get(k, '-')}"
+                        for k in dict.fromkeys([*a["detected"], *b["detected"]])
+                        if a["detected"].get(k) != b["detected"].get(k) and k != "interpreted"]
+                said += [f"`{short}`: " + "; ".join(diff)] if diff else []
+        out.append(f"- {old} -> {new}: " + ("; ".join(said) if said else "no detected change"))
+    return out
+
+
 def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -73,6 +139,9 @@ def markdown(cells: list, meta: dict, done: list | None = None) -> str:
                      + " | ".join(f"{_md(det.get(k, ''))}" for k in DETECTED)
                      + f" | {row['passed']} | {row['failed'] + row['error']} | {row['skipped']} | {failing} |")
     counts = {s: sum(c.status == s for c in cells) for s in STATUSES}
+    changed = changes(matrix(cells, done))
+    if changed:
+        lines += ["", "## What changed between consecutive releases", "", *changed]
     lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells", "",
               "## Per property", "", "| release | adapter | property | result | detail |", "|---|---|---|---|---|"]
     for c in cells:
@@ -123,3 +192,24 @@ def write(cells: list, out: Path, meta: dict, done: list | None = None) -> dict:
                                          "exercised": [asdict(d) for d in done or []]}, indent=1))
     paths["catalogue"].write_text(catalogue_toml(meta))
     return paths
+
+
+def combine(directories: list) -> tuple[list, list, dict]:
+    """The cells, exercised sections and metadata of several runs' `releases.json`, as one run's
+    (a later run's cells replace an earlier run's for the same release and adapter)."""
+    cells: dict = {}
+    done: dict = {}
+    meta: dict = {"pins": {}, "releases": [], "runs": []}
+    for d in directories:
+        table = json.loads((Path(d) / "releases.json").read_text())
+        run = [Cell(**c) for c in table["cells"]]
+        for key in {(c.release, c.adapter) for c in run}:
+            cells[key] = [c for c in run if (c.release, c.adapter) == key]
+        done.update({(e["release"], e["adapter"]): Exercised(**e) for e in table.get("exercised", [])})
+        meta["pins"].update(table["meta"].get("pins") or {})
+        meta["releases"] += [r for r in table["meta"]["releases"] if r not in meta["releases"]]
+        meta["runs"].append({k: table["meta"].get(k) for k in ("created", "profile", "keyword", "max_examples")})
+        meta.update({k: table["meta"].get(k) for k in ("profile", "keyword", "max_examples", "cache", "device",
+                                                        "created")})
+    order = sorted(cells, key=lambda k: (_version_key(k[0]), k[1]))
+    return [c for k in order for c in cells[k]], [done[k] for k in order if k in done], meta

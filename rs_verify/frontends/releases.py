@@ -39,7 +39,6 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -48,6 +47,7 @@ from rich.markup import escape
 from ..adapters import discovery
 from ..engine import releases as catalogue
 from . import release_table
+from .release_table import Cell, Exercised
 from ..engine.defaults import ISOLATION_LEVELS, PROFILE_NAMES
 
 LOAD_ERROR = "rs-verify: cannot load the sampler"  # the plugin's message when --rs-sampler does not load
@@ -55,35 +55,6 @@ BUNDLE_PROPERTY = "rs_verify_bundle"
 FAIL_ON = ("failure", "error", "never")
 STYLE = {"passed": "green", "failed": "red", "skipped": "yellow", "xfail": "magenta", "error": "bold red"}
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])  # the rs_verify in use, ahead of any other
-
-
-@dataclass
-class Cell:
-    release: str
-    adapter: str
-    property: str  # "-" for a cell about the whole adapter (install, load)
-    status: str  # passed | failed | skipped | xfail | error
-    message: str = ""  # a failure's first line, a skip's reason, an error's cause
-    replay: str = ""  # the command that replays a failure from its bundle
-    seconds: float = 0.0
-
-
-@dataclass
-class Exercised:
-    """What one adapter's run exercised, as the plugin's summary says it (its two sections): the
-    verification methods and parameters it answered, each declared deviation (SPEC 11) with the
-    decisions its rule decided or "never reached", and what the sampler declared away."""
-    release: str
-    adapter: str
-    exercised: list
-    not_exercised: list
-    declared: list = field(default_factory=list)  # "key: value": what the sampler declared and detected
-
-    def detection(self) -> dict:
-        return dict(line.split(": ", 1) for line in self.declared if ": " in line)
-
-    def deviations(self) -> list:
-        return [line.removeprefix("deviation ") for line in self.exercised if line.startswith("deviation ")]
 
 
 PYTEST_TALLY = re.compile(r"^(\d+ \w+|no tests ran)(, \d+ \w+)* in [\d.]+s")  # "1 passed, 25 deselected in 3.20s"
@@ -207,6 +178,21 @@ def exit_code(cells: list[Cell], fail_on: str) -> int:
 
 def cmd_releases(args) -> int:
     console = Console(soft_wrap=True)
+    if args.tables:  # no gating: the tables of earlier runs as one
+        if args.specs:
+            print("rs-verify releases: --tables renders earlier runs' tables; it takes no SPEC", file=sys.stderr)
+            return 2
+        try:
+            cells, done, meta = release_table.combine(args.tables)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"rs-verify releases: --tables: {exc}", file=sys.stderr)
+            return 2
+        paths = release_table.write(cells, Path(args.out), meta, done)
+        console.print(f"table: {paths['markdown']}, {paths['json']}", highlight=False, markup=False)
+        return exit_code(cells, args.fail_on)
+    if not args.specs:
+        print("rs-verify releases: name at least one release (SPEC), or --tables DIR...", file=sys.stderr)
+        return 2
     root, out = catalogue.cache_root(args.cache), Path(args.out)
     try:
         known = catalogue.load_catalogue(args.catalogue)
@@ -283,8 +269,11 @@ def add_parser(sub) -> None:
     """The `releases` subcommand of `rs-verify` (wired in rs_verify.frontends.cli)."""
     p = sub.add_parser("releases", help="install released libraries (vllm==0.33.0, sglang, a wheel, ...) outside the "
                                         "repository and gate each adapter they offer through the pytest plugin")
-    p.add_argument("specs", nargs="+", metavar="SPEC",
+    p.add_argument("specs", nargs="*", metavar="SPEC",
                    help="releases: name==version, a name alone (its newest release) or a wheel file (a candidate)")
+    p.add_argument("--tables", nargs="+", default=None, metavar="DIR",
+                   help="gate nothing: write one table (matrix, changes between releases, detail) from the "
+                        "releases.json of earlier runs' --out directories")
     p.add_argument("--profile", choices=PROFILE_NAMES, default="ci", help="Hypothesis profile of the gate (default ci)")
     p.add_argument("-k", default=None, metavar="EXPR", help="pytest -k expression selecting properties")
     p.add_argument("--max-examples", type=int, default=None, help="override the profile's max_examples")
