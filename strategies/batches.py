@@ -17,15 +17,17 @@ from collections.abc import Sequence
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 from rs_verify.contract.batch import DRAFT_MODES, LOGITS_DTYPES, LOGPROBS_MODES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
+from rs_verify.contract.logit_bound import checked as checked_bound
 from rs_verify.contract.methods import TOKEN
 
 from .drafts import lean_draft_ids, pattern_draft_rows
 from .events import label_decisions, label_structure
 from .knobs import (INT64_MAX, check_bool, check_choices, check_int, check_strategy, drawn_int64, drawn_vocab, rare,
                     vocab_strategy)
-from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype
+from .logits import PATTERNS, clip_to_bounds, logits_rows, magnitude_bound, mask_rows, round_to_dtype
 from .params import broad_params
 from .scalars import (DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, garbage_temperatures, positions as default_positions,
                       seeds as default_seeds, temperature as kind_temperature, temperature_kinds,
@@ -82,7 +84,13 @@ def check_common(**kw) -> dict:
     check_bool("masks", kw["masks"])
     check_strategy("seeds", kw["seeds"])
     check_strategy("positions", kw["positions"])
+    bound = kw.get("logit_bound")
+    try:
+        bound = checked_bound(bound)
+    except ValueError as exc:
+        raise InvalidArgument(f"logit_bound={bound!r}: {exc}") from None
     return dict(
+        logit_bound=bound,
         min_reqs=kw["min_reqs"],
         max_reqs=kw["max_reqs"],
         max_spec_steps=kw["max_spec_steps"],
@@ -131,6 +139,7 @@ def spec_batches(
     positions: st.SearchStrategy[int] | None = None,
     verifications: Sequence[str] = (TOKEN.name,),
     sampling_params: Sequence[str] = (),
+    logit_bound: float | None = None,
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) covering every SPEC field.
 
@@ -174,13 +183,17 @@ def spec_batches(
       loose, tight or all of them on; garbage at unreferenced states; an unused parameter
       `None` or all off). Default `()`: no parameters, what a sampler that declares no
       `sampling_params` is sent. The engine passes the sampler's declarations explicitly.
+    * `logit_bound`: a positive finite number, or None (every finite float32 logit): the
+      sampler's declared bound (SPEC section 10); every finite processed logit `fp32(x) / T` of a
+      request (target rows and its state's draft rows) has `|z| <= logit_bound`, dtype rounding
+      included; `-inf` logits are drawn as without it.
     """
     cfg = check_common(min_reqs=min_reqs, max_reqs=max_reqs, max_spec_steps=max_spec_steps, min_drafts=min_drafts,
                        max_vocab=max_vocab, draft_modes=draft_modes, draft_vocab=draft_vocab,
                        temperatures=temperatures, logits_dtypes=logits_dtypes, logprobs=logprobs,
                        max_logprobs=max_logprobs, padded_drafts=padded_drafts, masks=masks, patterns=patterns,
                        max_extra_states=max_extra_states, seeds=seeds, positions=positions,
-                       verifications=verifications, sampling_params=sampling_params)
+                       verifications=verifications, sampling_params=sampling_params, logit_bound=logit_bound)
     cfg["vocab"] = vocab_strategy(vocab_sizes, default_vocab_sizes(max_vocab))
     return _spec_batches(cfg)
 
@@ -230,7 +243,7 @@ def _spec_batches(draw, cfg) -> SpecBatch:
     target = np.empty((int(cu[-1]), V), np.float32)
     bounds = []
     for r in range(R):
-        bound = magnitude_bound(dtype, float(temperature[idx[r]]))
+        bound = magnitude_bound(dtype, float(temperature[idx[r]]), cfg["logit_bound"])
         bounds.append(bound)
         target[cu[r] : cu[r + 1]] = logits_rows(
             rng, n_r[r] + 1, V, patterns[r], dtype=dtype, v_eff=v_eff, max_abs=bound, allow_inf=masked
@@ -248,6 +261,8 @@ def _spec_batches(draw, cfg) -> SpecBatch:
                 rows = pattern_draft_rows(rng, target, cu, r, n_r[r], draft_ids, Vd, dtype, bounds[r],
                                           cfg["patterns"], masked)
                 draft[idx[r], : n_r[r]] = rows
+    if cfg["logit_bound"] is not None:  # the unrelated draft rows (SPEC 10)
+        clip_to_bounds(target, draft, cu, idx, bounds)
 
     params = broad_params(rng, cfg["sampling_params"], S, idx, v_eff, V) if params_on else {}
 

@@ -64,7 +64,7 @@ from .drafts import close_draft_rows, gumbel_max_drafts, lean_draft_ids, log_sof
 from .events import label_decisions, label_structure
 from .facts import STREAMS
 from .knobs import check_bool, check_ints, drawn_int64, drawn_vocab, rare, vocab_strategy
-from .logits import PATTERNS, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
+from .logits import PATTERNS, clip_to_bounds, logits_rows, magnitude_bound, mask_rows, round_to_dtype, shift_rows
 from .params import draw_params_on, plant_params
 from .explicit_edges import plant_explicit_edges
 from .stream_edges import plant_stream_edges
@@ -110,6 +110,7 @@ def decision_batches(
     sampling_params: Sequence[str] = (),
     streams: str | StreamFamily = STREAMS.name,
     block_seed: str = PLAIN,
+    logit_bound: float | None = None,
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
 
@@ -164,6 +165,9 @@ def decision_batches(
       their random choices (the block tilts' p = q = 0 step takes one more when -inf is allowed).
     * `block_seed`: how the sampler keys block step `i`'s acceptance uniform (SPEC 3b; "plain" or
       "step", one the family offers): the block tilts aim at those uniforms and the labels read them.
+    * `logit_bound`: as for `spec_batches` (SPEC section 10): every drawn, planted and tilted
+      finite logit keeps `|z| <= logit_bound` (`strategies.logits.magnitude_bound`); an edge that
+      needs more (a one-hot row's gap, a noise edge's decisive logit) is clipped or not planted.
     * With either allowed, a draw whose structure left out padding, saturation or parameters
       gets them one time in three from the content generator (Hypothesis's generate phase
       shares structural draws across families of examples). With neither allowed, the draws
@@ -174,7 +178,7 @@ def decision_batches(
                        temperatures=temperatures, logits_dtypes=logits_dtypes, logprobs=logprobs,
                        max_logprobs=max_logprobs, padded_drafts=padded_drafts, masks=masks, patterns=patterns,
                        max_extra_states=max_extra_states, seeds=seeds, positions=positions,
-                       verifications=verifications, sampling_params=sampling_params)
+                       verifications=verifications, sampling_params=sampling_params, logit_bound=logit_bound)
     check_bool("saturated", saturated)
     cfg["block_sizes"] = check_ints("block_sizes", block_sizes, 1)
     cfg["vocab"] = vocab_strategy(vocab_sizes, block_edge_vocab_sizes(max_vocab, cfg["block_sizes"]))
@@ -302,7 +306,7 @@ def _decision_batches(draw, cfg) -> SpecBatch:
     temps = temperature[idx]
     seeds_arr = state_seeds(rng, S, idx, req_seeds)
     pos = row_positions(cu, n_r, req_pos)
-    bounds = [magnitude_bound(dtype, float(t)) for t in temps]
+    bounds = [magnitude_bound(dtype, float(t), cfg["logit_bound"]) for t in temps]
 
     target = np.empty((int(cu[-1]), V), np.float32)
     for r in range(R):
@@ -344,6 +348,8 @@ def _decision_batches(draw, cfg) -> SpecBatch:
                        verification == BLOCK.name)
     if padded:
         edges.pad(rng, draft_ids, cu, n_r, stochastic, v_eff, verification == BLOCK.name)
+    if cfg["logit_bound"] is not None:  # saturated rows' gaps, unrelated draft rows (SPEC 10); tilts keep to it
+        clip_to_bounds(target, draft, cu, idx, bounds)
     params = {}
     if params_on or verification == BLOCK.name:
         c = Contents(target=target, draft=draft, draft_ids=draft_ids, cu=cu, idx=idx, temps=temps, n_r=n_r, v=v_eff,

@@ -1,11 +1,19 @@
 """Logits contents (NumPy only): patterns, dtype rounding, magnitude bounds, `-inf` masks.
 
-Imports only NumPy.
+`magnitude_bound` is the one limit every drawn raw logit of a request keeps (its patterns, edges and
+tilts clip to it); with a sampler's `logit_bound` (SPEC section 10) it also keeps the processed
+logit `|fp32(x) / T|` within the bound, dtype rounding included (`rs_verify.contract.logit_bound`),
+and `clip_to_bounds` brings what an edge planted beyond it (a one-hot row's gap, unrelated draft
+rows) back within it. `-inf` is never touched: masked logits are drawn whatever the bound.
+
+Imports only NumPy and the batch contract.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from rs_verify.contract.logit_bound import raw_limit
 
 PATTERNS = ("random", "peaked", "flat", "tied", "one-hot", "extreme")
 
@@ -36,14 +44,28 @@ def round_to_dtype(x, dtype: str) -> np.ndarray:
     return b.view(np.float32)
 
 
-def magnitude_bound(dtype: str, temperature: float) -> float:
-    """The largest logit magnitude allowed for a state: the dtype's largest finite value,
-    and, when `0 < T < 1`, half of what `T` can divide without overflowing float32 (SPEC 9)."""
+def magnitude_bound(dtype: str, temperature: float, logit_bound: float | None = None) -> float:
+    """The largest raw logit magnitude allowed for a state: the dtype's largest finite value,
+    and, when `0 < T < 1`, half of what `T` can divide without overflowing float32 (SPEC 9).
+    With a `logit_bound` (SPEC 10), the largest value of `dtype` whose processed logit is within
+    it as well: a value of `dtype`, so clipping to it, then rounding, stays within it."""
     m = DTYPE_MAX[dtype]
     t = float(temperature)
-    if t == 0 or t >= 1:
-        return m
-    return min(m, FLOAT32_MAX * t * 0.5)
+    small = not (t == 0 or t >= 1)
+    if logit_bound is None:
+        return min(m, FLOAT32_MAX * t * 0.5) if small else m
+    return raw_limit(dtype, t, min(float(logit_bound), FLOAT32_MAX * 0.5) if small else float(logit_bound))
+
+
+def clip_to_bounds(target, draft, cu, idx, bounds) -> None:
+    """Clip the finite raw logits of each request `r` (its target rows, its state's draft rows) to
+    `bounds[r]` (in place; `-inf` kept): what an edge planted beyond a declared `logit_bound`."""
+    for r in range(len(cu) - 1):
+        b = np.float32(bounds[r])
+        rows = [target[cu[r] : cu[r + 1]]] + ([draft[idx[r]]] if draft is not None else [])
+        for x in rows:
+            finite = np.isfinite(x)
+            x[finite] = np.clip(x[finite], -b, b)
 
 
 def logits_rows(

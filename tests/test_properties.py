@@ -18,6 +18,7 @@ noise (and the explicit family's resample).
 import pytest
 
 from conftest import LONG_RUN, SHARE, budget
+from examples.bounded_sampler import BoundedSampler
 from examples.torch_sampler import TorchSampler
 from rs_verify.engine.runner import pytest_run
 from rs_verify.harness import device
@@ -41,6 +42,9 @@ GATED = {
     "triton-explicit-icdf": (lambda request: request.getfixturevalue("triton_explicit_icdf_sampler"),
                              device.interpreted),
     "torch": (lambda request: TorchSampler(), lambda: True),
+    # declares logit_bound = 1000 and refuses any finite processed logit beyond it (SPEC 10): every
+    # property passes on it, so no strategy or fixed campaign sends one (the reference's cost, at a share)
+    "bounded": (lambda request: BoundedSampler(), lambda: True),
 }
 # What a stream family changes (SPEC 3, 8): certification against the reference drawing that family
 # (Context.oracle), the stream's edge points, and the bit-for-bit equalities its noise must keep.

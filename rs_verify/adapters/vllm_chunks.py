@@ -46,7 +46,7 @@ from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..contract.validation import check_layout, validate as validate_batch
 from . import vllm_convention
-from .vllm import VllmSampler
+from .vllm import LOGIT_BOUND, VllmSampler
 
 __all__ = ["REJECTION_SAMPLER_MODULE", "VllmChunkedSampler"]
 
@@ -113,6 +113,7 @@ class VllmChunkedSampler:
     logits_dtypes = frozenset({"float32", "bfloat16", "float16"})
     memory_stats = False
     sampling_params = frozenset()
+    logit_bound = LOGIT_BOUND  # SPEC 10: the wrapped rejection_sample's (vllm.py); its logprobs z - lse alike
 
     def __init__(self, *, validate: bool = True, **options):
         self.inner = VllmSampler(validate=validate, **options)

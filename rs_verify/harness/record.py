@@ -18,7 +18,10 @@ family whose record offers it],
 [absent], `block_v` [None: the sampler's vocabulary block, when it has one], `deviations` [{}:
 SPEC 11's declared deviations, names of shipped ones or `Deviation` records or their paths; a
 front end adds those named on its command line with `replace`], `detected` [{}: facts an adapter
-read from the library it wraps, e.g. `{"draft_logits": "raw"}`, shown in the summary]. The record also
+read from the library it wraps, e.g. `{"draft_logits": "raw"}`, shown in the summary], `logit_bound`
+[None: every finite float32; else the largest `|z|` of a finite processed logit the sampler claims the
+contract for, a positive finite number: the strategies draw within it, a fixed campaign's batch is
+clamped to it, `rs_verify.contract.logit_bound`]. The record also
 says when the suite itself runs the sampler's Triton code through the interpreter: such a
 sampler is treated as interpreted (too slow for the distribution campaigns) without saying so.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass, fields
 from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
 from ..contract import methods
 from ..contract import deviations as known_deviations
+from ..contract import logit_bound as logit_bounds
 from ..contract import streams as stream_families
 from ..contract.explicit import GUMBEL, RESAMPLE
 from ..contract.triton_philox import TRITON_PHILOX
@@ -73,6 +77,7 @@ class SamplerRecord:
     block_v: int | None = None
     deviations: frozenset = frozenset()  # SPEC 11: names of shipped deviations, or Deviation records
     detected: tuple = ()  # (fact, value) pairs an adapter read from the library it wraps
+    logit_bound: float | None = None  # SPEC 10: the largest |z| of a finite processed logit claimed (None: all)
 
     def __post_init__(self):
         who = f"sampler {self.name}"
@@ -107,6 +112,10 @@ class SamplerRecord:
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
         object.__setattr__(self, "deviations", _deviation_declaration(who, self.deviations))
+        try:
+            object.__setattr__(self, "logit_bound", logit_bounds.checked(self.logit_bound))
+        except ValueError as exc:
+            raise DeclarationError(f"{who}: {exc} (SPEC section 10)") from None
         b = self.block_v
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
             object.__setattr__(self, "block_v", None)  # not a vocabulary block the strategies can use
@@ -146,6 +155,8 @@ class SamplerRecord:
             kw["streams"] = fam.name if stream_families.registered(fam) else fam
         if self.block_seed != stream_families.PLAIN:  # the block tilts aim at the step-keyed uniforms (SPEC 3b)
             kw["block_seed"] = self.block_seed
+        if self.logit_bound is not None:  # finite processed logits within it, -inf still drawn (SPEC 10)
+            kw["logit_bound"] = self.logit_bound
         return kw
 
     def fit(self, batch: SpecBatch) -> SpecBatch:
@@ -153,8 +164,9 @@ class SamplerRecord:
         without logprobs when the sampler computes none, with one-hot drafts (the same draft ids)
         when it takes no model drafts, verified by the baseline method (token by token) when it does
         not declare the batch's, without the sampling parameters it does not declare (one-hot drafts
-        widen V' to V: carried Gumbel noise narrower than that is dropped, to be drawn again). The
-        batch itself when nothing is to change; its dtype and step counts are kept."""
+        widen V' to V: carried Gumbel noise narrower than that is dropped, to be drawn again), with
+        each finite processed logit beyond a declared `logit_bound` moved to it. The batch itself
+        when nothing is to change; its dtype and step counts are kept."""
         kw = self.strategy_kwargs()
         changes = {}
         if batch.num_logprobs is not None and kw.get("logprobs") == (None,):
@@ -170,7 +182,8 @@ class SamplerRecord:
             changes["verification"] = verification
         changes.update({p: None for p in SAMPLING_PARAMS
                         if getattr(batch, p) is not None and p not in kw["sampling_params"]})
-        return batch.replace(**changes) if changes else batch
+        batch = batch.replace(**changes) if changes else batch
+        return logit_bounds.clamped(batch, self.logit_bound)
 
     def not_exercised(self) -> list[str]:
         """What the suite does not check because the sampler declared it away (or runs interpreted)."""
@@ -194,6 +207,9 @@ class SamplerRecord:
         if missing:
             out.append(f"sampling parameters {', '.join(missing)}, SPEC section 2 (sampling_params = "
                        f"{sorted(self.sampling_params)})")
+        if self.logit_bound is not None:
+            out.append(f"finite processed logits with |z| > {self.logit_bound:.4g} (logit_bound, SPEC section 10; "
+                       "masked -inf logits are still drawn)")
         if self.interpreted_why == SUITE_INTERPRETED:
             out.append(f"the distribution campaigns: {SUITE_INTERPRETED}")
         return out
@@ -346,6 +362,7 @@ def record_of(sampler) -> SamplerRecord:
         block_v=block_v if isinstance(block_v, int) and not isinstance(block_v, bool) else None,
         deviations=_declared(sampler, "deviations", frozenset()),
         detected=_detected(name, _declared(sampler, "detected", {})),
+        logit_bound=_declared(sampler, "logit_bound", None),
     )
 
 

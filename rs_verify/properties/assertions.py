@@ -10,6 +10,7 @@ from ..harness import guards
 from ..harness.failure import PropertyFailure
 from ..harness.handle import as_sampler
 from ..contract.batch import SamplerOutput, SpecBatch
+from ..contract.logit_bound import clamped
 from .output_rules import check_output_invariants, checked_here, undeclared_hint
 
 
@@ -118,6 +119,12 @@ def as_declared(batch: SpecBatch, sampler) -> SpecBatch:
     sampling parameters it does not declare. `SamplerRecord.fit`: the narrowing the strategies
     read for generated batches (`SamplerRecord.strategy_kwargs`)."""
     return as_sampler(sampler).record.fit(batch)
+
+
+def within_bound(batch: SpecBatch, sampler) -> SpecBatch:
+    """A fixed campaign's batch with each finite processed logit beyond the sampler's declared
+    `logit_bound` moved to it (SPEC section 10; the rest of `as_declared`'s narrowing left out)."""
+    return clamped(batch, as_sampler(sampler).record.logit_bound)
 
 
 def sampler_name(sampler) -> str:

@@ -40,7 +40,7 @@ from scipy import stats
 from ..contract import methods, probs
 from ..contract.block import block_quantities, block_residual, tau_law
 from ..contract.chunking import select_requests
-from .assertions import as_declared, call
+from .assertions import as_declared, call, within_bound
 from .distribution_batches import TRIALS, Campaign, build_batch
 from .distribution_fit import ALPHA, POWER, Fit, binomial_power, chisquare_fit, chisquare_power
 from .registry import PropertyFailure, register
@@ -174,6 +174,7 @@ def closed_form_fits(sampler, trials: int) -> list:
         c = replace(CLOSED, draft_mode=mode, name=f"{CLOSED.name}, {mode.replace('_', '-')} drafts")
         drafts = closed_form_drafts(trials)
         batch, _, _ = build_batch(c, trials, drafts=drafts)
+        batch = within_bound(batch, sampler)  # the laws below are read from the batch the sampler gets
         if as_declared(batch, sampler) is not batch and mode == "model":
             continue  # the sampler takes no model drafts: the one-hot half still runs
         out = call(sampler, batch)

@@ -31,7 +31,7 @@ import numpy as np
 from ..contract.batch import SpecBatch
 from ..contract.streams import StreamEdges
 from ..contract.triton_philox import TRITON_PHILOX
-from .assertions import call
+from .assertions import call, within_bound
 from .registry import PropertyFailure, register
 from .certification import compare_decisions
 
@@ -103,7 +103,7 @@ def stream_edges(ctx, _drawn) -> None:
     where = (f"u = 0 clamped to TINY at request 0, v at {family.edges.tiny_noise} below 2**-25 at request 1"
              + (f", the largest noise uniform at {top} (1 - u floored at 2**-24) at request 2" if top else ""))
     for mode in [m for m in ("one_hot", "model") if m in ctx.record.draft_modes]:
-        batch = edge_batch(mode, family.edges)
+        batch = within_bound(edge_batch(mode, family.edges), ctx.sampler)  # SPEC 10: within a declared bound
         ref_out, traces = oracle.verify_with_trace(batch)
         if (ref_out.request(0)[:1] == [1] or ref_out.request(1) == [tok]
                 or (top is not None and ref_out.request(2) != [top[2]])):
@@ -173,7 +173,7 @@ def _divergence(trace, drafts, prod: list) -> str | None:
                     "checked here."))
 def tiny_temperatures(ctx, _drawn) -> None:
     """Temperatures in (0, 1e-5] sample among exactly tied maxima like the reference (only T == 0 is greedy)."""
-    batch = tiny_temperature_batch()
+    batch = within_bound(tiny_temperature_batch(), ctx.sampler)  # logits of -1 at T = 1e-7: -1e7 processed
     ref_out, traces = ctx.oracle.verify_with_trace(batch)
     x = np.asarray(batch.target_logits)
     lowest = [int(np.flatnonzero(row == row.max())[0]) for row in x]
