@@ -49,7 +49,9 @@ def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = D
     try:
         sampler = with_deviations(isolation.load(sampler_spec, isolate, timeout=timeout, device_name=device),
                                   list(deviations or ()))
-        certifies = "reference" in prop.needs or (baseline_mode == "certified" and "baseline" in prop.needs)
+        # a baseline property certifies differences against the reference in certified mode, and also a
+        # declared convention change (stream family, block seed, deviations) in either mode
+        certifies = "reference" in prop.needs or "baseline" in prop.needs
         wants_ref = certifies and reference_spec not in (None, "", "none")
         reference = load_sampler(reference_spec) if wants_ref else None
     except (ValueError, isolation.SamplerDied) as exc:
