@@ -25,9 +25,13 @@ from rs_verify.properties import PROPERTIES, conventions
 from rs_verify.properties.baseline import gate_summary
 from rs_verify.reference import ReferenceSampler
 
+pytest_plugins = ["pytester"]
+
 ADAPTER = '''
 import fakelib
 from rs_verify.reference import ReferenceSampler
+
+pytest_plugins = ["pytester"]
 
 
 class Sampler:
@@ -184,3 +188,81 @@ def test_the_releases_command_passes_the_baseline_to_each_gate_process(tmp_path)
     _, why = release_baseline.gate_options("fakelib==2.0", catalogue_path=None, cache=tmp_path / "cache",
                                            find_links=None, no_index=True, offline=True)
     assert why.startswith("baseline fakelib==2.0: not in the cache")
+
+
+@pytest.fixture
+def front_end_env(tmp_path, monkeypatch):
+    """The fakes for a front end's own process: the adapter and the checkout (block seed "step") on
+    PYTHONPATH, the release (block seed "plain") in the cache the environment names."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "fake_adapter.py").write_text(ADAPTER)
+    checkout = _library(tmp_path / "checkout", where="checkout", version="1.1.dev0", draws="step")
+    _release(tmp_path / "cache")
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("PYTHONPATH", f"{adapter}:{checkout}:{root}")
+    monkeypatch.setenv(releases.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    return tmp_path
+
+
+CHANGE_LINE = "declared conventions changed against the baseline: block seed plain -> step: * block decisions differ*"
+
+
+def test_the_plugin_and_the_cli_report_the_convention_change(front_end_env, pytester):
+    import subprocess
+
+    pytester.chdir()
+    result = pytester.runpytest_subprocess("-p", "rs_verify", "--rs-sampler=fake_adapter:Sampler", "--rs-gate-only",
+                                           "--rs-baseline=release:fakelib==1.0", "--rs-profile=ci", "--rs-isolate=off",
+                                           "-p", "no:cacheprovider", "-k", "matches_baseline", "--rs-max-examples=8")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*rs-verify baseline: release:fakelib==1.0*", "*rs-verify regression gate*",
+                                 CHANGE_LINE])
+    cli = subprocess.run([sys.executable, "-m", "rs_verify.frontends.cli", "check", "--sampler", "fake_adapter:Sampler",
+                          "--baseline", "release:fakelib==1.0", "--only", "matches_baseline", "--profile", "ci",
+                          "--max-examples", "8", "--device", "cpu", "--no-bundles"],
+                         capture_output=True, text=True, cwd=front_end_env, timeout=600)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    text = " ".join(cli.stdout.split())  # rich wraps long lines
+    assert "block seed plain -> step: " in text and "each certified under its own conventions" in text
+
+
+EDITABLE_HOOK = '''
+import importlib.util, sys
+from pathlib import Path
+
+
+class EditableFinder:  # an editable install's hook, ahead of the path finder (as meson-python's)
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "fakelib":
+            return importlib.util.spec_from_file_location(
+                name, Path({checkout!r}) / "fakelib" / "__init__.py",
+                submodule_search_locations=[str(Path({checkout!r}) / "fakelib")])
+        return None
+
+
+sys.meta_path.insert(0, EditableFinder)
+import fakelib
+assert fakelib.WHERE == "checkout"  # the hook serves the copy under test here
+from rs_verify.engine.release_baseline import load_from_release
+sampler = load_from_release({site!r}, "fake_adapter:Sampler", ["fakelib"], {{}})
+print(sampler.name)
+'''
+
+
+def test_an_editable_install_hook_does_not_hand_the_checkout_to_the_baseline(tmp_path):
+    import subprocess
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "fake_adapter.py").write_text(ADAPTER)
+    checkout = _library(tmp_path / "checkout", where="checkout", version="1.1.dev0")
+    site = _release(tmp_path / "cache")
+    root = Path(__file__).resolve().parents[1]
+    script = EDITABLE_HOOK.format(checkout=str(checkout), site=str(site))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": f"{adapter}:{root}"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "fakelib 1.0 (release)"

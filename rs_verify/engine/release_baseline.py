@@ -22,6 +22,7 @@ vllm==0.34.0 --baseline vllm==0.33.0` gates one release against the previous one
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.metadata
 import os
 import sys
@@ -33,6 +34,9 @@ PREFIX = "release:"
 # Top-level packages of the environment the child itself runs on: a path entry that holds one
 # stays on the child's path (behind the release's site directory).
 ENVIRONMENT = ("rs_verify", "torch", "numpy", "triton", "hypothesis")
+# The interpreter's own finders (the path finder reads the reordered `sys.path`): never removed.
+STANDARD_FINDERS = (importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter,
+                    importlib.machinery.PathFinder)
 
 
 def split(text: str, sampler_spec: str) -> tuple[str, str]:
@@ -90,7 +94,7 @@ def load_from_release(site: str, spec: str, packages: list[str], env: dict):
     sys.path[:] = [str(site_path)] + [p for p in sys.path if Path(p or ".").resolve() != site_path
                                       and (not _holds(p, packages) or _holds(p, ENVIRONMENT))]
     for finder in list(sys.meta_path):
-        if finder.__class__.__module__.startswith("_frozen_importlib") or not hasattr(finder, "find_spec"):
+        if finder in STANDARD_FINDERS or not hasattr(finder, "find_spec"):
             continue
         try:
             found = [finder.find_spec(name, None) for name in packages]
