@@ -28,6 +28,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..harness.samplers import load_sampler
 from . import releases
 
 PREFIX = "release:"
@@ -86,8 +87,7 @@ def _from(module, site: Path) -> bool:
 def load_from_release(site: str, spec: str, packages: list[str], env: dict):
     """Load sampler `spec` with the library `packages` from the release's `site` (runs in the
     baseline's child process; see the module docstring)."""
-    from ..harness.samplers import load_sampler
-    from .baseline import BaselineError
+    from .baseline import BaselineError  # lazy: engine.baseline imports this module
 
     os.environ.update(env)
     site_path = Path(site).resolve()
