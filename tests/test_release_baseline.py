@@ -110,13 +110,15 @@ def fakes(tmp_path, monkeypatch):
     return make
 
 
-def _gate(sampler, examples=12):
+def _gate(sampler, examples=12, bundle_dir=None):
     base = baselines.open_baseline("release:fakelib==1.0", sampler_spec="fake_adapter:Sampler", device="cpu")
     try:
         ctx = runner.make_context(sampler, ReferenceSampler(), profile="ci", device=current_device())
         ctx.baseline = base
         out = runner.run(PROPERTIES["matches_baseline"], ctx, settings(max_examples=examples, derandomize=True,
-                                                                        database=None, deadline=None))
+                                                                        database=None, deadline=None),
+                         bundle_dir=bundle_dir, sampler_spec="fake_adapter:Sampler",
+                         options={"baseline": base.spec.pinned(), "baseline_mode": "exact"})
         return out, record_of(base.sampler), base.spec
     finally:
         base.close()
@@ -157,15 +159,20 @@ def test_a_wrong_token_beside_the_convention_change_fails_naming_the_changed_sid
     assert "the baseline sampler" not in text
 
 
-def test_a_wrong_token_of_the_release_fails_naming_the_baseline_side(fakes):
+def test_a_wrong_token_of_the_release_fails_naming_the_baseline_side(fakes, tmp_path):
     # The fix is in the checkout: the release's bug shows as the baseline side not certified.
     sampler = fakes(dict(draws="plain", moves_token=True), dict(draws="step"))
-    out, _, _ = _gate(sampler)
+    out, _, _ = _gate(sampler, bundle_dir=tmp_path / "bundles")
     assert out.status == "failed"
     text = out.failure.message
     assert "the baseline sampler (fakelib 1.0 (release)) is not certified under its own conventions" in text
     assert "block seed plain" in text and "request 1" in text
     assert "the changed sampler (" not in text
+    from rs_verify.engine import bundle, replay
+
+    assert bundle.load(out.bundles[0]).options["baseline"] == "release:fakelib==1.0:fake_adapter:Sampler"
+    with pytest.raises(AssertionError, match="the baseline sampler .* is not certified"):
+        replay.replay_bundle(out.bundles[0])  # the release again, from the cache
 
 
 def test_a_release_missing_from_the_cache_offline_or_a_malformed_spec_is_a_usage_error(tmp_path, monkeypatch):

@@ -148,7 +148,8 @@ def bundle_options(config) -> dict:
     rg = config.stash.get(KEY, None)
     if rg is None or rg.baseline is None:
         return {}
-    return {"baseline": rg.baseline.spec.pinned(), "baseline_mode": rg.mode}
+    extra = {"baseline_catalogue": rg.catalogue} if rg.catalogue else {}  # a release: baseline's pins
+    return {"baseline": rg.baseline.spec.pinned(), "baseline_mode": rg.mode, **extra}
 
 
 def conventions_line(stats: dict) -> str:

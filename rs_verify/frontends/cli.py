@@ -102,6 +102,8 @@ def cmd_check(args) -> int:
         run_options["deviations"] = parse_deviations(args.deviations)
     if baseline:
         run_options.update(baseline=baseline.spec.pinned(), baseline_mode=args.baseline_mode)
+        if args.baseline_catalogue:  # a release: baseline's pins, read again by replay
+            run_options["baseline_catalogue"] = args.baseline_catalogue
     if args.max_examples is not None:
         run_options["max_examples"] = args.max_examples
     where = (f"isolated per {args.isolate}, timeout {args.timeout:g} s per call" if args.isolate != "off"
