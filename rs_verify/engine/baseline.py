@@ -4,6 +4,10 @@ A baseline spec is either
 
 - `module:attribute` or a built-in name (`triton`, `reference`): a sampler importable here,
   loaded in this process like `--rs-sampler`; or
+- `release:NAME==VERSION[:module:attribute]`: the sampler spec (default: the one under test, the
+  same adapter) loaded, in a child process, from that release installed in the release cache
+  (`rs_verify.engine.release_baseline`: its site directory first on the child's path, the
+  library under test's own copy left out); or
 - `git:<rev>[:module:attribute]`: the sampler spec (default: the one under test) as it is at
   revision `<rev>` of the git repository around the current directory. The revision is resolved
   with `git rev-parse --verify <rev>^{commit}`, checked out into a temporary worktree
@@ -15,7 +19,8 @@ A baseline spec is either
   mapping (`samplers.BUILTIN`), looked up in the revision's files.
 
 Anything that keeps the baseline from loading (no repository, an unknown revision, a module
-that the revision lacks or that does not come from the revision) raises `BaselineError`: the
+that the revision lacks or that does not come from the revision, a release that cannot be
+installed or whose library is not the one imported) raises `BaselineError`: the
 front ends turn it into a usage error (exit status 2) with this reason.
 """
 
@@ -34,6 +39,7 @@ from typing import Any
 
 from .defaults import BASELINE_MODES as MODES, DEFAULT_MAX_SLOWDOWN, DEFAULT_TIMING_TABLE
 from ..harness.record import record_of
+from . import release_baseline, releases
 from .isolation import ChildSampler, SamplerDied
 from ..harness.samplers import BUILTIN, load_sampler
 
@@ -55,14 +61,20 @@ class BaselineSpec:
     rev: str | None = None  # as given after `git:`
     commit: str | None = None  # the full commit id `rev` resolves to
     repo: str | None = None  # the repository's top-level directory
+    release: str | None = None  # `name==version` after `release:`
+    catalogue: str | None = None  # the releases.toml its entry is read from (None: the packaged one)
 
     def describe(self) -> str:
+        if self.release is not None:
+            return f"{self.sampler_spec} at release:{self.release}"
         if self.rev is None:
             return self.sampler_spec
         return f"{self.sampler_spec} at git:{self.rev} ({self.commit[:12]})"
 
     def pinned(self) -> str:
         """The spec with the revision resolved to its commit (recorded in failure bundles)."""
+        if self.release is not None:
+            return f"{release_baseline.PREFIX}{self.release}:{self.sampler_spec}"
         return self.text if self.rev is None else f"{GIT_PREFIX}{self.commit}:{self.sampler_spec}"
 
 
@@ -73,11 +85,18 @@ def _git(repo, *args) -> subprocess.CompletedProcess:
         raise BaselineError("a git: baseline needs the git command, which is not installed") from exc
 
 
-def parse(text: str, *, sampler_spec: str, cwd=None) -> BaselineSpec:
+def parse(text: str, *, sampler_spec: str, cwd=None, catalogue: str | None = None) -> BaselineSpec:
     """Parse and resolve a baseline spec (see the module docstring); `BaselineError` if unusable."""
     text = (text or "").strip()
     if not text:
-        raise BaselineError("empty baseline spec: expected module:attribute, a built-in name or git:<rev>[:module:attribute]")
+        raise BaselineError("empty baseline spec: expected module:attribute, a built-in name, "
+                            "release:NAME==VERSION[:module:attribute] or git:<rev>[:module:attribute]")
+    if text.startswith(release_baseline.PREFIX):
+        try:
+            requirement, spec = release_baseline.split(text, sampler_spec)
+        except releases.CatalogueError as exc:
+            raise BaselineError(f"baseline {text!r}: {exc}") from exc
+        return BaselineSpec(text=text, sampler_spec=spec, release=requirement, catalogue=catalogue)
     if not text.startswith(GIT_PREFIX):
         return BaselineSpec(text=text, sampler_spec=text)
     rev, _, spec = text[len(GIT_PREFIX):].partition(":")
@@ -196,6 +215,10 @@ class Baseline:
         """Stop the child process and remove the worktree (idempotent)."""
         if isinstance(self.sampler, ChildSampler):
             self.sampler.close()
+        if self._tmp is not None and self.spec.repo is None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            atexit.unregister(self.close)
+            self._tmp = None
         if self._tmp is not None:
             _remove_worktree(self.spec.repo, self._tmp)
             atexit.unregister(self.close)
@@ -228,16 +251,19 @@ def require_reference(mode: str, reference_spec: str | None) -> None:
 
 def open_baseline(text: str, *, sampler_spec: str, mode: str = DEFAULT_MODE,
                   max_slowdown: float = DEFAULT_MAX_SLOWDOWN, device: str | None = None,
-                  timing_path: str | None = None, cwd=None) -> Baseline:
+                  timing_path: str | None = None, cwd=None, catalogue: str | None = None) -> Baseline:
     """Resolve and load the baseline named by `text` (see the module docstring).
 
     `sampler_spec` is the spec under test (the default sampler of a bare `git:<rev>`); `device`
     the backend the child uses ("cpu" or "cuda", None: its own choice). `BaselineError` when
-    the baseline cannot be loaded.
+    the baseline cannot be loaded. `catalogue`: the releases.toml a `release:` baseline's entry is
+    read from (None: the packaged one).
     """
     check_options(mode, max_slowdown)
-    spec = parse(text, sampler_spec=sampler_spec, cwd=cwd)
+    spec = parse(text, sampler_spec=sampler_spec, cwd=cwd, catalogue=catalogue)
     options = dict(mode=mode, max_slowdown=float(max_slowdown), timing_path=timing_path)
+    if spec.release is not None:
+        return _open_release(spec, device, options)
     if spec.rev is None:
         try:
             sampler = load_sampler(spec.sampler_spec)
@@ -260,6 +286,31 @@ def open_baseline(text: str, *, sampler_spec: str, mode: str = DEFAULT_MODE,
                                 f"{str(exc).replace(repr(loader[0]), repr(spec.sampler_spec))}") from exc
     except BaseException:
         _remove_worktree(spec.repo, tmp)
+        raise
+    baseline = Baseline(spec, sampler, loader, _tmp=tmp, **options)
+    atexit.register(baseline.close)
+    return baseline
+
+
+def _open_release(spec: BaselineSpec, device: str | None, options: dict) -> Baseline:
+    """A `release:` baseline: the release installed in the cache, its sampler in a child process."""
+    try:
+        found = release_baseline.installed(spec.release, catalogue_path=spec.catalogue)
+    except releases.CatalogueError as exc:
+        raise BaselineError(f"baseline {spec.text!r}: {exc}") from exc
+    if found.error:
+        raise BaselineError(f"baseline {spec.text!r}: {found.error}")
+    tmp = Path(tempfile.mkdtemp(prefix="rs-verify-baseline-"))
+    try:
+        release_baseline.write_loader(tmp / "loader", LOADER_MODULE, found, spec.sampler_spec)
+        loader = (f"{LOADER_MODULE}:sampler", [str(tmp / "loader"), str(found.site)])
+        try:
+            sampler = ChildSampler(loader[0], sys_path=loader[1], device_name=device)
+        except (Exception, SamplerDied) as exc:  # noqa: BLE001 - the child's load error (or its death) is the reason
+            raise BaselineError(f"baseline {spec.text!r} cannot be loaded from {found.site}: "
+                                f"{str(exc).replace(repr(loader[0]), repr(spec.sampler_spec))}") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     baseline = Baseline(spec, sampler, loader, _tmp=tmp, **options)
     atexit.register(baseline.close)

@@ -36,12 +36,14 @@ class ReplayError(ValueError):
 def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = DEFAULT_REFERENCE,
             profile: str | None = None, device: str | None = None, baseline: str | None = None,
             baseline_mode: str = "exact", isolate: str = "off",
-            timeout: float = isolation.DEFAULT_TIMEOUT, deviations=()) -> tuple[Property, Context]:
+            timeout: float = isolation.DEFAULT_TIMEOUT, deviations=(),
+            baseline_catalogue: str | None = None) -> tuple[Property, Context]:
     """The property and the context to replay it in; `ReplayError` when that is not possible.
     `deviations`: names the run added to the sampler's declared deviations (SPEC 11).
 
     `baseline` (a baseline spec, `rs_verify.engine.baseline`) is opened for the regression gate's
-    properties only; it stays open until the process exits."""
+    properties only; it stays open until the process exits (`baseline_catalogue`: the releases.toml
+    a `release:` baseline's entry is read from)."""
     prop = PROPERTIES.get(prop_name)
     if prop is None:
         raise ReplayError(f"property {prop_name!r} is not registered in this rs-verify "
@@ -49,7 +51,9 @@ def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = D
     try:
         sampler = with_deviations(isolation.load(sampler_spec, isolate, timeout=timeout, device_name=device),
                                   list(deviations or ()))
-        certifies = "reference" in prop.needs or (baseline_mode == "certified" and "baseline" in prop.needs)
+        # a baseline property certifies differences against the reference in certified mode, and also a
+        # declared convention change (stream family, block seed, deviations) in either mode
+        certifies = "reference" in prop.needs or "baseline" in prop.needs
         wants_ref = certifies and reference_spec not in (None, "", "none")
         reference = load_sampler(reference_spec) if wants_ref else None
     except (ValueError, isolation.SamplerDied) as exc:
@@ -57,7 +61,8 @@ def prepare(prop_name: str, sampler_spec: str, *, reference_spec: str | None = D
     ctx = make_context(sampler, reference, profile=profile or "dev", device=device)
     if baseline and "baseline" in prop.needs:
         try:
-            ctx.baseline = open_baseline(baseline, sampler_spec=sampler_spec, mode=baseline_mode, device=device)
+            ctx.baseline = open_baseline(baseline, sampler_spec=sampler_spec, mode=baseline_mode, device=device,
+                                         catalogue=baseline_catalogue)
         except ValueError as exc:
             raise ReplayError(str(exc)) from exc
     reason = skip_reason(prop, ctx)
@@ -77,7 +82,8 @@ def prepare_bundle(b: bundles.Bundle, *, sampler: str | None = None, reference: 
                    device=device or (recorded if recorded in ("cpu", "cuda") else None),
                    baseline=b.options.get("baseline"), baseline_mode=b.options.get("baseline_mode", "exact"),
                    isolate=isolate, timeout=timeout or b.options.get("timeout") or isolation.DEFAULT_TIMEOUT,
-                   deviations=b.options.get("deviations", ()))
+                   deviations=b.options.get("deviations", ()),
+                   baseline_catalogue=b.options.get("baseline_catalogue"))
 
 
 def check(prop: Property, ctx: Context, drawn) -> None:

@@ -28,6 +28,7 @@ import pytest
 from . import options
 
 PREFIX = "rs-verify::"
+CONVENTIONS_PROPERTY = "rs_verify_baseline_conventions"  # user_properties key: a passing convention change
 
 
 def add_options(group) -> None:
@@ -45,9 +46,11 @@ class RegressionGate:
         self.mode = opt("--rs-baseline-mode")
         self.max_slowdown = opt("--rs-max-slowdown")
         self.timing_path = opt("--rs-timing-table")
+        self.catalogue = opt("--rs-baseline-catalogue")
         self.baseline = None
         self.error = None
         self.outcomes: dict[str, str] = {}
+        self.changes = ""  # a passing matches_baseline's convention change, as its summary line
         self.missing = False
         self.started = time.time()
 
@@ -60,7 +63,8 @@ class RegressionGate:
                     baselines.require_reference(self.mode, self.gate.reference_spec)
                 self.baseline = baselines.open_baseline(
                     self.text, sampler_spec=self.gate.sampler_spec, mode=self.mode, max_slowdown=self.max_slowdown,
-                    device=self.gate.device, timing_path=self.timing_path)
+                    device=self.gate.device, timing_path=self.timing_path,
+                    catalogue=self.catalogue)
             except baselines.BaselineError as exc:
                 self.error = f"rs-verify: {exc}"
         if self.error:
@@ -89,6 +93,7 @@ class RegressionGate:
     def pytest_runtest_logreport(self, report):
         if report.nodeid.startswith(PREFIX) and (report.when == "call" or report.outcome != "passed"):
             self.outcomes[report.nodeid[len(PREFIX):]] = report.outcome
+            self.changes = dict(getattr(report, "user_properties", [])).get(CONVENTIONS_PROPERTY, self.changes)
 
     def pytest_sessionfinish(self, session):
         if hasattr(self.config, "workerinput"):
@@ -104,7 +109,7 @@ class RegressionGate:
         fresh = path.is_file() and path.stat().st_mtime >= self.started
         from ..properties.baseline import gate_summary  # lazy: see the module docstring
 
-        lines, _ = gate_summary(self.mode, self.outcomes, path.read_text() if fresh else None)
+        lines, _ = gate_summary(self.mode, self.outcomes, path.read_text() if fresh else None, self.changes)
         if lines:
             terminalreporter.section("rs-verify regression gate")
             for line in lines:
@@ -125,7 +130,8 @@ def configure(config, gate) -> None:
 
 
 def attach(config, ctx, prop) -> None:
-    """Give a `baseline` property its baseline (and, in certified mode, the reference)."""
+    """Give a `baseline` property its baseline and the reference (certified mode certifies differences
+    against it, and either mode a convention change between the two versions)."""
     rg = config.stash.get(KEY, None)
     if rg is None or "baseline" not in prop.needs:
         return
@@ -133,7 +139,7 @@ def attach(config, ctx, prop) -> None:
         ctx.baseline = rg.open()
     except pytest.UsageError as exc:
         pytest.fail(str(exc), pytrace=False)
-    if rg.mode == "certified" and ctx.reference is None:
+    if ctx.reference is None:  # certified mode, and a declared convention change, certify against it
         ctx.reference = rg.gate.reference()
 
 
@@ -142,4 +148,14 @@ def bundle_options(config) -> dict:
     rg = config.stash.get(KEY, None)
     if rg is None or rg.baseline is None:
         return {}
-    return {"baseline": rg.baseline.spec.pinned(), "baseline_mode": rg.mode}
+    extra = {"baseline_catalogue": rg.catalogue} if rg.catalogue else {}  # a release: baseline's pins
+    return {"baseline": rg.baseline.spec.pinned(), "baseline_mode": rg.mode, **extra}
+
+
+def conventions_line(stats: dict) -> str:
+    """A run's convention change against its baseline, as the summary prints it ("" without one)."""
+    if not stats.get("baseline_change"):
+        return ""
+    from ..properties.conventions import summary  # lazy: see the module docstring
+
+    return summary(stats)

@@ -28,6 +28,7 @@ from ..harness.samplers import BUILTIN, load_sampler
 from ..engine.versions import versions
 from ..properties import NEEDS, PROPERTIES, by_cost
 from ..properties.baseline import gate_summary
+from ..properties.conventions import summary as convention_summary
 from ..engine.records import XPASS
 from . import bench, options, releases, xfails
 from .report import write_report
@@ -86,7 +87,8 @@ def cmd_check(args) -> int:
         if args.baseline:  # a BaselineError is a ValueError: a usage error, like an unloadable sampler
             require_reference(args.baseline_mode, reference_spec)
             baseline = open_baseline(args.baseline, sampler_spec=args.sampler, mode=args.baseline_mode,
-                                     max_slowdown=args.max_slowdown, device=dev, timing_path=args.timing_table)
+                                     max_slowdown=args.max_slowdown, device=dev, timing_path=args.timing_table,
+                                     catalogue=args.baseline_catalogue)
     except (ValueError, isolation.SamplerDied) as exc:
         console.print(f"[red]rs-verify: {escape(str(exc))}[/]")
         return 2
@@ -100,6 +102,8 @@ def cmd_check(args) -> int:
         run_options["deviations"] = parse_deviations(args.deviations)
     if baseline:
         run_options.update(baseline=baseline.spec.pinned(), baseline_mode=args.baseline_mode)
+        if args.baseline_catalogue:  # a release: baseline's pins, read again by replay
+            run_options["baseline_catalogue"] = args.baseline_catalogue
     if args.max_examples is not None:
         run_options["max_examples"] = args.max_examples
     where = (f"isolated per {args.isolate}, timeout {args.timeout:g} s per call" if args.isolate != "off"
@@ -133,7 +137,9 @@ def cmd_check(args) -> int:
     missing = False
     if baseline:
         timing = next((r.stats.get("timing_table") for r in results if r.name == "baseline_speed"), None)
-        lines, missing = gate_summary(args.baseline_mode, {r.name: r.status for r in results}, timing)
+        changes = next((convention_summary(r.stats) for r in results if r.name == "matches_baseline"
+                        and r.status == "passed"), "")
+        lines, missing = gate_summary(args.baseline_mode, {r.name: r.status for r in results}, timing, changes)
         console.print("\n".join(lines), markup=False, highlight=False)
     if args.report:
         meta = {"sampler": args.sampler, "reference": reference_spec, "profile": profile, "device": dev,

@@ -32,10 +32,16 @@ SHARED = {
                             "block_nan_prefix_resets) or module:attribute paths of Deviation records; the reference "
                             "applies their rules and the summary counts the decisions each decided"),
     "baseline": dict(default=None, metavar="SPEC",
-                     help="gate the sampler against a baseline version: module:attribute, a built-in name, or "
+                     help="gate the sampler against a baseline version: module:attribute, a built-in name, "
                           "git:<rev>[:module:attribute] (that revision of this repository, in a temporary git "
-                          "worktree and a child process; default attribute: the sampler's spec). Adds "
-                          "matches_baseline (bit for bit) and baseline_speed (CUDA)."),
+                          "worktree and a child process; default attribute: the sampler's spec), or "
+                          "release:NAME==VERSION[:module:attribute] (that release, installed in the release cache, "
+                          "the same adapter loaded from it in a child process). Adds matches_baseline (bit for bit; "
+                          "a declared convention change is certified on both sides and counted) and "
+                          "baseline_speed (CUDA)."),
+    "baseline-catalogue": dict(default=None, metavar="FILE",
+                               help="the releases.toml a release: baseline's pins and environment are read from "
+                                    "(default: the packaged catalogue; format: rs_verify.engine.releases)"),
     "baseline-mode": dict(choices=BASELINE_MODES, default=BASELINE_MODES[0],
                           help="exact (default): bit for bit; certified: differences within the certification "
                                "tolerance against the reference, and then every distribution campaign must pass "
@@ -48,7 +54,7 @@ SHARED = {
                               f"{DEFAULT_TIMING_TABLE})"),
 }
 ISOLATION = ("isolate", "timeout")
-BASELINE = ("baseline", "baseline-mode", "max-slowdown", "timing-table")
+BASELINE = ("baseline", "baseline-mode", "max-slowdown", "timing-table", "baseline-catalogue")
 
 
 def add(add_option, names, prefix: str = "", **overrides) -> None:

@@ -273,6 +273,8 @@ class PropertyItem(pytest.Item):
             self.user_properties.append(("rs_verify_excused", outcome.excused))
         if outcome.stats.get("sent"):
             self.user_properties.append((SENT_PROPERTY, dict(outcome.stats["sent"])))
+        if outcome.status == "passed" and baseline_gate.conventions_line(outcome.stats):
+            self.user_properties.append((baseline_gate.CONVENTIONS_PROPERTY, baseline_gate.conventions_line(outcome.stats)))
         if outcome.status == "skipped":
             # Reported at the item (rs-verify::<property>), not at this line of the plugin.
             raise pytest.skip.Exception(f"{self.prop_name}: {outcome.reason}", _use_item_location=True)

@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..adapters import discovery
-from ..engine import releases as catalogue
+from ..engine import release_baseline, releases as catalogue
 from . import release_table
 from .release_table import Cell, Exercised
 from ..engine.defaults import ISOLATION_LEVELS, PROFILE_NAMES
@@ -97,10 +97,10 @@ def replay_command(installed: catalogue.Installed, bundle: str) -> str:
 
 
 def gate_command(adapter: str, junit: Path, bundles: Path, profile: str, keyword: str | None,
-                 max_examples: int | None, isolate: str = "property") -> list[str]:
+                 max_examples: int | None, isolate: str = "property", baseline: tuple = ()) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "rs_verify", f"--rs-sampler={adapter}", "--rs-gate-only",
            "--rs-profile", profile, f"--rs-bundle-dir={bundles}", f"--junitxml={junit}", "-q",
-           "-p", "no:cacheprovider", "-o", "junit_family=xunit1", f"--rs-isolate={isolate}"]
+           "-p", "no:cacheprovider", "-o", "junit_family=xunit1", f"--rs-isolate={isolate}", *baseline]
     if keyword:
         cmd += ["-k", keyword]
     if max_examples is not None:
@@ -132,7 +132,8 @@ def parse_junit(path: Path, release: str, adapter: str, installed: catalogue.Ins
             cells.append(Cell(release, adapter, name, "xfail" if xfail else "skipped", first_line(reason), "",
                               seconds))
         else:
-            cells.append(Cell(release, adapter, name, "passed", "", "", seconds))
+            cells.append(Cell(release, adapter, name, "passed", props.get("rs_verify_baseline_conventions", ""), "",
+                              seconds))
     failed = [c for c in cells if c.status == "failed"]
     if failed and all(c.message.startswith(LOAD_ERROR) for c in failed):
         why = failed[0].message.split("': ", 1)[-1]
@@ -142,7 +143,8 @@ def parse_junit(path: Path, release: str, adapter: str, installed: catalogue.Ins
 
 
 def gate_adapter(installed: catalogue.Installed, adapter: str, out: Path, *, profile: str, keyword: str | None,
-                 max_examples: int | None, timeout: float, isolate: str = "property") -> tuple[list, Exercised]:
+                 max_examples: int | None, timeout: float, isolate: str = "property",
+                 baseline: tuple = ()) -> tuple[list, Exercised]:
     """Run the plugin on one adapter of an installed release; its cells and what it exercised."""
     release = installed.release.spec
     tag = f"{installed.release.name}-{installed.release.version}-{adapter.replace(':', '.').rsplit('.', 1)[-1]}"
@@ -154,7 +156,8 @@ def gate_adapter(installed: catalogue.Installed, adapter: str, out: Path, *, pro
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rs-verify-release-") as cwd:
         try:
-            proc = subprocess.run(gate_command(adapter, junit.resolve(), bundles, profile, keyword, max_examples, isolate),
+            proc = subprocess.run(gate_command(adapter, junit.resolve(), bundles, profile, keyword, max_examples, isolate,
+                                               baseline),
                                   cwd=cwd, env=release_env(installed), capture_output=True, text=True,
                                   timeout=timeout)
             output, code = proc.stdout + proc.stderr, proc.returncode
@@ -215,6 +218,14 @@ def cmd_releases(args) -> int:
     def chosen(adapter: str) -> bool:
         return not args.adapter or any(s in adapter for s in args.adapter)
 
+    baseline, why = ([], None) if not args.baseline else release_baseline.gate_options(
+        args.baseline, catalogue_path=args.catalogue, cache=root, find_links=args.find_links, no_index=args.no_index,
+        offline=args.offline)  # installed once here; each gate process finds it in the cache
+    if why:
+        print(f"rs-verify releases: {why}", file=sys.stderr)
+        return 2
+    if baseline:
+        os.environ[catalogue.CACHE_ENV] = str(root)  # the gate processes' release cache (the baseline's)
     gates = []  # (installed, adapter): run after every install, on --jobs processes
     for release in targets:
         label = release.wheel or (release.spec if release.version else f"{release.name} (the newest release)")
@@ -245,7 +256,8 @@ def cmd_releases(args) -> int:
     with console.status(f"gating {names} at {args.profile} (one pytest process each, {args.jobs} at a time)"), \
             ThreadPoolExecutor(max_workers=args.jobs) as pool:
         runs = [pool.submit(gate_adapter, i, a, out, profile=args.profile, keyword=args.k,
-                            max_examples=args.max_examples, timeout=args.timeout, isolate=args.isolate)
+                            max_examples=args.max_examples, timeout=args.timeout, isolate=args.isolate,
+                            baseline=tuple(baseline))
                 for i, a in gates]
         done = []
         for run in as_completed(runs):
@@ -297,6 +309,9 @@ def add_parser(sub) -> None:
     p.add_argument("--isolate", choices=ISOLATION_LEVELS, default=ISOLATION_LEVELS[0],
                    help="the plugin's --rs-isolate: 'property' (default) a child process per property; 'off' loads "
                         "the library once, in the pytest process (faster; a crash then ends that adapter's run)")
+    p.add_argument("--baseline", default=None, metavar="NAME==VERSION",
+                   help="gate each adapter against the same adapter on this release too (matches_baseline; the "
+                        "plugin's --rs-baseline=release:NAME==VERSION), e.g. the previous release")
     p.add_argument("--fail-on", choices=FAIL_ON, default="failure",
                    help="exit 1 on any failed or error cell (failure), on error cells only (error), or never")
     p.set_defaults(func=cmd_releases)

@@ -6,7 +6,11 @@
   that differs must instead be certified against the float64 reference (SPEC section 8, through
   `certification.compare_decisions` / `compare_logprobs`): for changes that legitimately move
   numerics. The front ends then require the distribution campaigns to pass as well
-  (`certified_requirements`).
+  (`certified_requirements`). When the two versions' records declare different conventions
+  (stream family, resample, block seed, deviations: a release against the previous one), a
+  request that differs must instead be certified on both sides, each against the reference
+  bound to its own record; the decisions the change moved are counted and reported
+  (`rs_verify.properties.conventions`), and a side that is not certified fails, named.
 - `baseline_speed`: on CUDA, both versions are timed on the same benchmark batches in one run
   (`rs_verify.harness.timing`); the change fails when a median is more than `max_slowdown`
   times the baseline's. Without CUDA it is skipped as "not measured".
@@ -24,7 +28,7 @@ import numpy as np
 
 from ..harness import timing
 from ..contract.batch import SamplerOutput, SpecBatch
-from . import certification
+from . import certification, conventions
 from ..harness.record import record_of
 from .assertions import call, event
 from .inputs import batch_and_cap, decision_rich
@@ -151,6 +155,12 @@ def matches_baseline(ctx, drawn) -> None:
     runs = [("full batch", max(1, batch.num_logits))]
     if cap is not None:
         runs.append((f"max_chunk_logits={cap}", cap))
+    base_rec = record_of(base.sampler)
+    changed = conventions.changes(base_rec, ctx.record)
+    if changed:  # each side against its own reference (see the module docstring)
+        ctx.stats["baseline_change"] = "; ".join(changed)
+        oracles = conventions.oracles(ctx, base_rec, _versions(ctx))
+        verified = [o.verify_with_trace(batch) for o in oracles]  # (output, traces): changed, baseline
     failures = []
     for what, c in runs:
         out = call(ctx.sampler, batch, max_chunk_logits=c)
@@ -161,7 +171,20 @@ def matches_baseline(ctx, drawn) -> None:
             continue
         diffs = output_differences(batch, out, ref)
         event(f"requests differing from the baseline: {min(len(diffs), 3)}{'+' if len(diffs) >= 3 else ''}")
+        if changed and c == runs[0][1]:
+            conventions.tally(ctx, verified[1][1], verified[0][1], len(diffs), batch.num_reqs)
         if not diffs:
+            continue
+        if changed:
+            requests = {d.request for d in diffs}
+            found = [conventions.uncertified(batch, o, v, orc, requests, side, rec) for o, v, orc, side, rec in
+                     ((out, verified[0], oracles[0], "changed", ctx.record),
+                      (ref, verified[1], oracles[1], "baseline", base_rec))]
+            found = [f for f in found if f]
+            if found:
+                listing = "\n".join(d.describe(batch) for d in diffs)
+                failures.append(f"{what}: a regression, not only the convention change ({'; '.join(changed)}):\n"
+                                + "\n".join(found) + f"\n{listing}")
             continue
         if base.mode == "certified":
             ctx.count("excused", _certify(ctx, batch, out, diffs, what))
@@ -169,6 +192,9 @@ def matches_baseline(ctx, drawn) -> None:
             continue
         listing = "\n".join(d.describe(batch) for d in diffs)
         failures.append(f"{what}: {len(diffs)} of {batch.num_reqs} request(s) differ:\n{listing}")
+    if failures and changed:
+        raise PropertyFailure("the changed sampler's output differs from the baseline's, and not every difference is "
+                              f"certified on both sides\n{_versions(ctx)}\n" + "\n".join(failures), batch=batch)
     if failures:
         raise PropertyFailure("the changed sampler's output differs from the baseline's (exact mode: bit for bit)\n"
                               f"{_versions(ctx)}\n" + "\n".join(failures), batch=batch)
@@ -238,11 +264,12 @@ def baseline_speed(ctx, _drawn) -> None:
                               f"{worst.batch!r} (at most {base.max_slowdown:g} allowed):\n{text}")
 
 
-def gate_summary(mode: str, outcomes: dict, timing_text: str | None) -> tuple[list[str], bool]:
+def gate_summary(mode: str, outcomes: dict, timing_text: str | None, changes: str = "") -> tuple[list[str], bool]:
     """Closing lines of a gate run with a baseline (the front ends print them), and whether
     certified mode's extra requirement failed. `outcomes` maps property names to "passed" /
-    "failed" / "skipped" (absent: not run)."""
-    lines = []
+    "failed" / "skipped" (absent: not run); `changes`: a passing `matches_baseline`'s convention
+    change (`conventions.summary`)."""
+    lines = [f"declared conventions changed against the baseline: {changes}"] if changes else []
     if timing_text:
         lines += ["speed of the change against its baseline:", timing_text.rstrip()]
     elif outcomes.get("baseline_speed") == "skipped":
