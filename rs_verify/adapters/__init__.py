@@ -14,4 +14,8 @@ package needs nothing beyond rs-verify's own dependencies.
 - `rs_verify.adapters.vllm_v1:VllmV1Sampler`: vLLM V1's `rejection_sample`, its uniform and
   exponential noise replaced by the batch's (`explicit` family, Gumbel-max resampling).
   `rs_verify.adapters.explicit_inputs` holds what both hand their library (probabilities, drafts).
+- `rs_verify.adapters.lmdeploy:LmdeployTritonSampler` / `LmdeployTorchSampler`: LMDeploy's Triton
+  rejection kernels and its portable torch backend, the batch's noise fed to both (`explicit`).
+- `rs_verify.adapters.hf_transformers:TransformersSampler`: HF transformers' `_speculative_sampling`,
+  one call per request on torch's global generator, seeded per request (`own`).
 """

@@ -20,6 +20,9 @@ VLLM_CHUNKS = "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py"
 VLLM_V1 = "vllm/v1/sample/rejection_sampler.py"
 VLLM_GUMBEL = "vllm/v1/worker/gpu/sample/gumbel.py"
 SGLANG_CHAIN = ("sglang/kernels/ops/speculative/reject_sampling.py", "sglang/srt/speculative/reject_sampling.py")
+LMDEPLOY_KERNELS = "lmdeploy/pytorch/kernels/cuda/rejection_sampling.py"
+LMDEPLOY_DEFAULT = "lmdeploy/pytorch/backends/default/rejection_sampling.py"
+TRANSFORMERS_UTILS = "transformers/generation/utils.py"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,16 @@ ADAPTERS: tuple[Offer, ...] = (
     Offer("rs_verify.adapters.sglang:SglangSampler", "sglang",
           ((SGLANG_CHAIN, "def chain_speculative_sampling_triton("),),
           "this SGLang has no Triton chain kernel (chain_speculative_sampling_triton)"),
+    Offer("rs_verify.adapters.lmdeploy:LmdeployTritonSampler", "lmdeploy",
+          ((LMDEPLOY_KERNELS, "def random_rejection_sample("), (LMDEPLOY_KERNELS, "def sample_recovered_tokens("),
+           (LMDEPLOY_KERNELS, "def greedy_rejection_sample(")),
+          "this LMDeploy has no Triton rejection kernels that take their noise (pytorch/kernels/cuda/rejection_sampling.py)"),
+    Offer("rs_verify.adapters.lmdeploy:LmdeployTorchSampler", "lmdeploy",
+          ((LMDEPLOY_DEFAULT, "class DefaultRejectionSamplingImpl("),),
+          "this LMDeploy has no portable torch rejection sampler (pytorch/backends/default/rejection_sampling.py)"),
+    Offer("rs_verify.adapters.hf_transformers:TransformersSampler", "transformers",
+          ((TRANSFORMERS_UTILS, "def _speculative_sampling("),),
+          "this transformers has no _speculative_sampling (transformers/generation/utils.py)"),
 )
 
 
