@@ -53,7 +53,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from rs_verify.contract.batch import LOGITS_DTYPES, SpecBatch
-from rs_verify.contract.methods import BLOCK, TOKEN
+from rs_verify.contract.methods import BLOCK, TOKEN, TREE
 from rs_verify.contract.streams import PLAIN, StreamFamily, family as family_of
 
 from . import edges
@@ -69,6 +69,7 @@ from .params import draw_params_on, plant_params
 from .explicit_edges import plant_explicit_edges
 from .stream_edges import plant_stream_edges
 from .thresholds import vet_thresholds
+from .tree import tree_batches
 from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
 from .scalars import temperature as kind_temperature
 
@@ -110,6 +111,8 @@ def decision_batches(
     sampling_params: Sequence[str] = (),
     streams: str | StreamFamily = STREAMS.name,
     block_seed: str = PLAIN,
+    tree_drafts: Sequence[str] = ("one_hot",),
+    tree_uniforms: str = "per_child",
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
 
@@ -164,6 +167,9 @@ def decision_batches(
       their random choices (the block tilts' p = q = 0 step takes one more when -inf is allowed).
     * `block_seed`: how the sampler keys block step `i`'s acceptance uniform (SPEC 3b; "plain" or
       "step", one the family offers): the block tilts aim at those uniforms and the labels read them.
+    * `tree_drafts`, `tree_uniforms`: with "tree" among `verifications` (SPEC 4c), one draw in two is a
+      tree batch of `strategies.tree_batches` with these kinds and coin layout (the other knobs it shares:
+      requests, `K`, temperatures, dtypes, sampling parameters).
     * With either allowed, a draw whose structure left out padding, saturation or parameters
       gets them one time in three from the content generator (Hypothesis's generate phase
       shares structural draws across families of examples). With neither allowed, the draws
@@ -189,7 +195,21 @@ def decision_batches(
     cfg["block_seed"] = block_seed
     allowed = {"greedy", "one", "random"} if "mixed" in cfg["temperatures"] else set(cfg["temperatures"])
     cfg["kinds"] = tuple((k, w) for k, w in REQUEST_KINDS if k in allowed)
-    return _decision_batches(cfg)
+    if TREE.name not in cfg["verifications"]:
+        return _decision_batches(cfg)
+    cfg["verifications"] = tuple(v for v in cfg["verifications"] if v != TREE.name)
+    trees = tree_batches(min_reqs=max(1, min_reqs), max_reqs=max(1, max_reqs), max_spec_steps=max(1, max_spec_steps),
+                         vocab_sizes=tree_vocab_sizes(max_vocab, cfg["block_sizes"]),
+                         tree_drafts=tree_drafts, tree_uniforms=tree_uniforms, temperatures=cfg["temperatures"],
+                         logits_dtypes=cfg["dtypes"], sampling_params=cfg["sampling_params"])
+    return st.one_of(_decision_batches(cfg), trees)
+
+
+def tree_vocab_sizes(max_vocab: int, block_sizes) -> tuple[int, ...]:
+    """Tree batches' vocabularies: small ones, and one past each vocabulary block (a tail tile)."""
+    small = [v for v in (2, 3, 5, 8, 17, 40) if v <= max_vocab]
+    edges = [b + 1 for b in block_sizes if b + 1 <= max_vocab]
+    return tuple(sorted(set(small + edges))) or (max_vocab,)
 
 
 def _draft_count(draw, lo, n_lo, K) -> int:

@@ -15,7 +15,9 @@ family whose record offers it],
 `supports_chunking` [False], `supports_logprobs` [True], `draft_modes` [{"model", "one_hot"}],
 `logits_dtypes` [all three], `min_spec_steps` [0], `verification_methods` [{"token"}],
 `sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
-[absent], `block_v` [None: the sampler's vocabulary block, when it has one], `deviations` [{}:
+[absent], `block_v` [None: the sampler's vocabulary block, when it has one], `tree_drafts` [{"one_hot"}; add
+"iid", "without_replacement": the tree kinds a tree-verifying sampler takes, SPEC 4c], `tree_uniforms`
+["per_child"; or "per_node": one coin per parent node, one-hot trees only], `deviations` [{}:
 SPEC 11's declared deviations, names of shipped ones or `Deviation` records or their paths; a
 front end adds those named on its command line with `replace`]. The record also
 says when the suite itself runs the sampler's Triton code through the interpreter: such a
@@ -28,7 +30,8 @@ import sys
 import types
 from dataclasses import dataclass, fields
 
-from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
+from ..contract.batch import (DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, TREE_DRAFT_KINDS, TREE_UNIFORMS,
+                              VERIFICATION_METHODS, SpecBatch)
 from ..contract import methods
 from ..contract import deviations as known_deviations
 from ..contract import streams as stream_families
@@ -71,12 +74,15 @@ class SamplerRecord:
     has_unvalidated: bool = False
     block_v: int | None = None
     deviations: frozenset = frozenset()  # SPEC 11: names of shipped deviations, or Deviation records
+    tree_drafts: frozenset = frozenset({"one_hot"})  # SPEC 4c and 10: the tree kinds taken
+    tree_uniforms: str = "per_child"  # SPEC 4c: "per_child" or "per_node" (one coin per parent node)
 
     def __post_init__(self):
         who = f"sampler {self.name}"
         for name, allowed, empty_ok in (("draft_modes", DRAFT_MODES, False), ("logits_dtypes", LOGITS_DTYPES, False),
                                         ("verification_methods", VERIFICATION_METHODS, False),
-                                        ("sampling_params", SAMPLING_PARAMS, True)):
+                                        ("sampling_params", SAMPLING_PARAMS, True),
+                                        ("tree_drafts", TREE_DRAFT_KINDS, False)):
             value = getattr(self, name)
             if isinstance(value, str) or not isinstance(value, (set, frozenset, list, tuple)):
                 raise DeclarationError(f"{who}: {name} must be a set of {list(allowed)}, not {value!r}")
@@ -101,6 +107,7 @@ class SamplerRecord:
             offered = list(fam.block_seeds) if fam is not None else [stream_families.PLAIN]
             raise DeclarationError(f"{who}: block_seed {self.block_seed!r}: the stream family {self.streams!r} draws "
                                    f"the block seeds {offered} (SPEC 3b and 10)")
+        self._check_tree(who)
         k = self.min_spec_steps
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
@@ -108,6 +115,18 @@ class SamplerRecord:
         b = self.block_v
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
             object.__setattr__(self, "block_v", None)  # not a vocabulary block the strategies can use
+
+    def _check_tree(self, who: str) -> None:
+        """SPEC 4c and 10: tree batches use the explicit family; one coin per node is for one-hot trees."""
+        if self.tree_uniforms not in TREE_UNIFORMS:
+            raise DeclarationError(f"{who}: tree_uniforms must be one of {list(TREE_UNIFORMS)}, not {self.tree_uniforms!r}")
+        if self.tree_uniforms != TREE_UNIFORMS[0] and self.tree_drafts != {"one_hot"}:
+            raise DeclarationError(f"{who}: tree_uniforms {self.tree_uniforms!r} is for one-hot trees only (SPEC 4c), "
+                                   f"not tree_drafts {sorted(self.tree_drafts)}")
+        fam = self.family
+        if methods.TREE.name in self.verification_methods and (fam is None or fam.keyed_by != "batch"):
+            raise DeclarationError(f"{who}: tree verification uses the explicit stream family (SPEC 4c: the batch's "
+                                   f"noise), not streams {self.streams!r}")
 
     # -- what the suite draws and reports ---------------------------------------------
 
@@ -144,6 +163,9 @@ class SamplerRecord:
             kw["streams"] = fam.name if stream_families.registered(fam) else fam
         if self.block_seed != stream_families.PLAIN:  # the block tilts aim at the step-keyed uniforms (SPEC 3b)
             kw["block_seed"] = self.block_seed
+        if methods.TREE.name in self.verification_methods:  # SPEC 4c: the tree kinds and coin layout it takes
+            kw["tree_drafts"] = tuple(k for k in TREE_DRAFT_KINDS if k in self.tree_drafts)
+            kw["tree_uniforms"] = self.tree_uniforms
         return kw
 
     def fit(self, batch: SpecBatch) -> SpecBatch:
@@ -328,6 +350,8 @@ def record_of(sampler) -> SamplerRecord:
         has_unvalidated=callable(getattr(sampler, "unvalidated", None)),
         block_v=block_v if isinstance(block_v, int) and not isinstance(block_v, bool) else None,
         deviations=_declared(sampler, "deviations", frozenset()),
+        tree_drafts=_declared(sampler, "tree_drafts", frozenset({"one_hot"})),
+        tree_uniforms=_declared(sampler, "tree_uniforms", "per_child"),
     )
 
 
