@@ -202,7 +202,7 @@ def decision_batches(
                          vocab_sizes=tree_vocab_sizes(max_vocab, cfg["block_sizes"]),
                          tree_drafts=tree_drafts, tree_uniforms=tree_uniforms, temperatures=cfg["temperatures"],
                          logits_dtypes=cfg["dtypes"], sampling_params=cfg["sampling_params"])
-    return st.one_of(_decision_batches(cfg), trees)
+    return st.one_of(trees, _decision_batches(cfg))
 
 
 def tree_vocab_sizes(max_vocab: int, block_sizes) -> tuple[int, ...]:

@@ -12,8 +12,8 @@ import numpy as np
 
 from .batch import TREE_DRAFTS, SpecBatch
 
-__all__ = ["check_layout", "check_structure", "children", "depths", "distinct_bounds", "global_parents", "node_probs",
-           "parent_rows", "root_path"]
+__all__ = ["check_layout", "check_structure", "children", "depths", "distinct_bounds", "global_parents",
+           "greedy_tokens", "node_probs", "parent_rows", "root_path"]
 
 
 def check_structure(batch: SpecBatch, check_array, fail) -> None:
@@ -139,3 +139,18 @@ def distinct_bounds(p: np.ndarray, tokens) -> np.ndarray:
             total += float(p[int(x)])
         out[k] = total
     return out
+
+
+def greedy_tokens(batch: SpecBatch, r: int, argmax: np.ndarray) -> list[int]:
+    """What greedy request `r` of a tree batch emits (SPEC 4c): at each node the first child whose token is
+    the node row's argmax (`argmax`: per global row), then the argmax of the first level without one."""
+    lo, hi = int(batch.cu_num_logits[r]), int(batch.cu_num_logits[r + 1])
+    kids = children(batch.tree_parent[lo:hi])
+    tokens = batch.draft_token_ids[lo:hi]
+    n, out = 0, []
+    while True:
+        a = int(argmax[lo + n])
+        out.append(a)
+        n = next((c for c in kids[n] if int(tokens[c]) == a), None)
+        if n is None:
+            return out
