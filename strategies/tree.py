@@ -41,7 +41,7 @@ TREE_EDGES = ("q_zero_sibling", "empty_residual", "coin_on_bound")
 # Shares of the content draws (per batch): each edge is planted in about one batch in four.
 EDGE_SHARE = 0.25
 PAD_SHARE = 0.3  # a node's children followed by a padded child
-DUPLICATE_SHARE = 0.3  # one-hot trees: a sibling repeats an earlier sibling's token
+DUPLICATE_SHARE = 0.5  # one-hot trees: a sibling repeats an earlier sibling's token
 GREEDY_PATH_SHARE = 0.7  # a greedy request's child carries its parent's argmax
 CLOSE_SIGMA = (0.05, 1.5)  # Q's logits: p's plus Gaussian noise of this (log-uniform) scale
 
