@@ -24,6 +24,7 @@ from rs_verify.contract.validation import check_structure, validate as validate_
 from .masks import check_flips
 from .slab import Slab, verify_slab
 from .trace import RequestTrace
+from .tree import PER_CHILD, PER_NODE, verify_tree_slab
 
 __all__ = ["ReferenceSampler", "SLAB_ELEMS"]
 
@@ -49,17 +50,20 @@ class ReferenceSampler:
       with a family that offers it, `"step"` (`seed ^ (i << 32)`).
     - `deviations`: the declared deviations it applies instead of the SPEC's rules (SPEC section 11;
       names, paths or `Deviation` records): certification binds those of the sampler it certifies.
+    - `tree_uniforms`: how tree children draw their acceptance uniforms (SPEC 4c): `"per_child"` or
+      `"per_node"` (one coin per parent node, one-hot trees). Tree batches use the explicit family's noise
+      (SPEC 3c) whatever `streams` is; the reference declares tree verification only with that family.
     """
 
     name = "reference"
     supports_chunking = True
     streams = TRITON_PHILOX.name  # the default; an instance declares its own family
-    verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name})  # SPEC sections 4 and 4b
+    tree_drafts = frozenset({"one_hot", "iid", "without_replacement"})  # SPEC 4c: every kind
     sampling_params = frozenset({"min_p", "top_k", "top_p"})  # SPEC section 2
 
     def __init__(self, *, validate: bool = True, slab_elems: int = SLAB_ELEMS,
                  streams: StreamFamily | str = TRITON_PHILOX, resample: str = GUMBEL, block_seed: str = PLAIN,
-                 deviations=()):
+                 deviations=(), tree_uniforms: str = PER_CHILD):
         self.validate = bool(validate)
         self.applied = applied(deviations)
         self.deviations = frozenset(self.applied.records)  # the declaration (SPEC section 10)
@@ -73,6 +77,12 @@ class ReferenceSampler:
             raise ValueError(f"block_seed: the stream family {self.family.name!r} draws {list(self.family.block_seeds)}, "
                              f"not {block_seed!r} (SPEC 3b and 10)")
         self.block_seed = block_seed
+        if tree_uniforms not in (PER_CHILD, PER_NODE):
+            raise ValueError(f"tree_uniforms must be {PER_CHILD!r} or {PER_NODE!r}, not {tree_uniforms!r} (SPEC 4c)")
+        self.tree_uniforms = tree_uniforms
+        # SPEC 4c: tree batches use the explicit family (SPEC 3c), so the reference verifies trees with it only.
+        self.verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name}
+                                              | ({methods.TREE.name} if self.family.keyed_by == "batch" else set()))
         # The declaration (SPEC section 10): a shipped family by name, another as its record.
         self.streams = self.family.name if registered(self.family) else self.family
 
@@ -81,19 +91,20 @@ class ReferenceSampler:
         extra += "" if self.resample == GUMBEL else f", resample={self.resample!r}"
         extra += "" if self.block_seed == PLAIN else f", block_seed={self.block_seed!r}"
         extra += f", deviations={list(self.applied.names)}" if self.applied else ""
+        extra += "" if self.tree_uniforms == PER_CHILD else f", tree_uniforms={self.tree_uniforms!r}"
         return f"ReferenceSampler(validate={self.validate}{extra})"
 
     def with_streams(self, streams: StreamFamily | str, resample: str = GUMBEL, block_seed: str = PLAIN,
-                     deviations=None) -> "ReferenceSampler":
+                     deviations=None, tree_uniforms: str = PER_CHILD) -> "ReferenceSampler":
         """This reference drawing the random numbers of `streams` instead, resampling as `resample`, its
         block steps keyed by `block_seed` and applying `deviations` (None: its own) (itself when all four
         are its own)."""
         dev = self.applied if deviations is None else applied(deviations)
-        if (family_of(streams) is self.family and (resample, block_seed) == (self.resample, self.block_seed)
-                and dev == self.applied):
+        if (family_of(streams) is self.family and (resample, block_seed, tree_uniforms)
+                == (self.resample, self.block_seed, self.tree_uniforms) and dev == self.applied):
             return self
         return type(self)(validate=self.validate, slab_elems=self.slab_elems, streams=streams, resample=resample,
-                          block_seed=block_seed, deviations=dev)
+                          block_seed=block_seed, deviations=dev, tree_uniforms=tree_uniforms)
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         """Verify `batch` (SPEC sections 4-6); `max_chunk_logits` None: the whole batch at once."""
@@ -131,10 +142,17 @@ class ReferenceSampler:
         sampled = np.empty((batch.num_reqs, k1), dtype=np.int64)
         num = np.empty(batch.num_reqs, dtype=np.int32)
         shared = BatchArrays(batch, self.family, self.resample, self.block_seed, self.applied)
+        shared.tree_uniforms = self.tree_uniforms
         lp_parts, traces = [], []
+        nodes = np.full((batch.num_reqs, k1 - 1), -1, np.int32) if batch.tree else None
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for ra, rb in iter_request_chunks(cu, rows_cap):
-                s_sampled, s_num, s_lp, s_traces = verify_slab(Slab(shared, cu, ra, rb, trace, flips, decided))
+                slab = Slab(shared, cu, ra, rb, trace, flips, decided)
+                if batch.tree:  # SPEC 4c: trees verify request by request
+                    s_sampled, s_num, nodes[ra:rb], s_traces = verify_tree_slab(slab)
+                    s_lp = None
+                else:
+                    s_sampled, s_num, s_lp, s_traces = verify_slab(slab)
                 sampled[ra:rb] = s_sampled
                 num[ra:rb] = s_num
                 lp_parts.append(s_lp)
@@ -142,7 +160,7 @@ class ReferenceSampler:
         logprobs = None
         if batch.num_logprobs is not None:
             logprobs = LogprobsTensors.cat(lp_parts, batch.cu_num_logits)
-        return SamplerOutput(sampled=sampled, num_sampled=num, logprobs=logprobs), traces
+        return SamplerOutput(sampled=sampled, num_sampled=num, logprobs=logprobs, accepted_nodes=nodes), traces
 
 
 class BatchArrays:
@@ -151,6 +169,8 @@ class BatchArrays:
     stochastic requests verify as a block (section 4b); `family`: the stream family (section 3);
     `resample`: `"gumbel"` or `"inverse_cdf"` (section 4); `block_seed`: the block steps' seed (3b);
     `deviations`: the declared deviations applied (section 11, `rs_verify.contract.deviations.Applied`)."""
+
+    tree_uniforms = PER_CHILD  # SPEC 4c: how tree children draw their uniforms (the sampler's declaration)
 
     def __init__(self, batch: SpecBatch, family: StreamFamily = TRITON_PHILOX, resample: str = GUMBEL,
                  block_seed: str = PLAIN, deviations: Applied | None = None):

@@ -4,6 +4,8 @@
 - `decision_batches`: valid batches rich in stochastic acceptance decisions (drafts drawn
   from q close to p, padded drafts with model logits, empty residuals, ties, vocabularies
   straddling block sizes), for certification, invariants and determinism.
+- `tree_batches`: ragged tree batches (SPEC 4c) of every draft kind, with the explicit noise;
+  `decision_batches` draws them too when `verifications` holds "tree".
 - `chunk_caps`: caps on rows per chunk, at and below request boundaries.
 - `invalid_batches`: one SPEC section 9 defect per batch.
 - `decision_knobs`: the knobs a drawn batch exercises (what `hypothesis.event` records):
@@ -22,6 +24,7 @@ Imports only NumPy, Hypothesis and the batch contract (never torch or triton).
 from .batches import DRAFT_MODES, spec_batches
 from .chunks import CAP_KINDS, cap_candidates, cap_kind, chunk_caps
 from .decisions import decision_batches
+from .tree import tree_batches
 from .events import (BLOCK_KNOBS, DECISION_KNOBS, EXPLICIT_KNOBS, PARAM_KNOBS, STREAM_KNOBS, acceptance_tests, block_k_knob,
                      block_knobs, decision_knobs, near_ties, stochastic_decisions)
 from .invalid import EXPECTED_FIELD, INVALID_CLASSES, PARAM_CLASS_NEEDS, InvalidBatch, classes_for, invalid_batches
@@ -55,6 +58,7 @@ __all__ = [
     "chunk_caps",
     "classes_for",
     "decision_batches",
+    "tree_batches",
     "decision_knobs",
     "invalid_batches",
     "logits_rows",

@@ -31,7 +31,7 @@ BAD_VALUES = {
     "min_p_out_of_range": ("min_p", (-1e-30, -0.5, ONE_UP, 2.0, np.inf, -np.inf)),
     "min_p_nan": ("min_p", (np.nan,)),
 }
-UNKNOWN_METHODS = ("Block", "tokens", "", None, "blockwise", "tree", "TOKEN")
+UNKNOWN_METHODS = ("Block", "tokens", "", None, "blockwise", "Tree", "TOKEN")  # "tree" is SPEC 4c's
 
 
 def _pick(rng, seq):

@@ -215,8 +215,8 @@ def _spec_batches(draw, cfg) -> SpecBatch:
     dtype = draw(st.sampled_from(cfg["dtypes"]))
     temp_kind = draw(st.sampled_from(cfg["temperatures"]))
     lp_mode = draw(st.sampled_from(cfg["logprobs"]))
-    verification = cfg["verifications"][0] if len(cfg["verifications"]) == 1 else draw(
-        st.sampled_from(cfg["verifications"]))
+    chains = [v for v in cfg["verifications"] if v != "tree"] or ["token"]  # trees: strategies.tree_batches
+    verification = chains[0] if len(chains) == 1 else draw(st.sampled_from(chains))
     num_logprobs = None if lp_mode is None else draw(st.integers(0, min(V, cfg["max_logprobs"])))
     padded = cfg["padded"] and rare(draw)
     masked = cfg["masks"] and rare(draw, 3)

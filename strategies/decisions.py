@@ -53,7 +53,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from rs_verify.contract.batch import LOGITS_DTYPES, SpecBatch
-from rs_verify.contract.methods import BLOCK, TOKEN
+from rs_verify.contract.methods import BLOCK, TOKEN, TREE
 from rs_verify.contract.streams import PLAIN, StreamFamily, family as family_of
 
 from . import edges
@@ -69,6 +69,7 @@ from .params import draw_params_on, plant_params
 from .explicit_edges import plant_explicit_edges
 from .stream_edges import plant_stream_edges
 from .thresholds import vet_thresholds
+from .tree import tree_batches
 from .scalars import DEFAULT_BLOCK_SIZES, TEMPERATURE_KINDS, block_edge_vocab_sizes, garbage_temperatures
 from .scalars import temperature as kind_temperature
 
@@ -111,6 +112,8 @@ def decision_batches(
     streams: str | StreamFamily = STREAMS.name,
     block_seed: str = PLAIN,
     logit_bound: float | None = None,
+    tree_drafts: Sequence[str] = ("one_hot",),
+    tree_uniforms: str = "per_child",
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid `SpecBatch` objects (they pass `rs_verify.validate`) rich in stochastic decisions.
 
@@ -168,6 +171,9 @@ def decision_batches(
     * `logit_bound`: as for `spec_batches` (SPEC section 10): every drawn, planted and tilted
       finite logit keeps `|z| <= logit_bound` (`strategies.logits.magnitude_bound`); an edge that
       needs more (a one-hot row's gap, a noise edge's decisive logit) is clipped or not planted.
+    * `tree_drafts`, `tree_uniforms`: with "tree" among `verifications` (SPEC 4c), one draw in two is a
+      tree batch of `strategies.tree_batches` with these kinds and coin layout (the other knobs it shares:
+      requests, `K`, temperatures, dtypes, sampling parameters).
     * With either allowed, a draw whose structure left out padding, saturation or parameters
       gets them one time in three from the content generator (Hypothesis's generate phase
       shares structural draws across families of examples). With neither allowed, the draws
@@ -193,7 +199,21 @@ def decision_batches(
     cfg["block_seed"] = block_seed
     allowed = {"greedy", "one", "random"} if "mixed" in cfg["temperatures"] else set(cfg["temperatures"])
     cfg["kinds"] = tuple((k, w) for k, w in REQUEST_KINDS if k in allowed)
-    return _decision_batches(cfg)
+    if TREE.name not in cfg["verifications"]:
+        return _decision_batches(cfg)
+    cfg["verifications"] = tuple(v for v in cfg["verifications"] if v != TREE.name)
+    trees = tree_batches(min_reqs=max(1, min_reqs), max_reqs=max(1, max_reqs), max_spec_steps=max(1, max_spec_steps),
+                         vocab_sizes=tree_vocab_sizes(max_vocab, cfg["block_sizes"]),
+                         tree_drafts=tree_drafts, tree_uniforms=tree_uniforms, temperatures=cfg["temperatures"],
+                         logits_dtypes=cfg["dtypes"], sampling_params=cfg["sampling_params"])
+    return st.one_of(trees, _decision_batches(cfg))
+
+
+def tree_vocab_sizes(max_vocab: int, block_sizes) -> tuple[int, ...]:
+    """Tree batches' vocabularies: small ones, and one past each vocabulary block (a tail tile)."""
+    small = [v for v in (2, 3, 5, 8, 17, 40) if v <= max_vocab]
+    edges = [b + 1 for b in block_sizes if b + 1 <= max_vocab]
+    return tuple(sorted(set(small + edges))) or (max_vocab,)
 
 
 def _draft_count(draw, lo, n_lo, K) -> int:

@@ -330,7 +330,8 @@ _BF16 = dict(logits_dtypes=("bfloat16",))
 _FP16 = dict(logits_dtypes=("float16",))
 
 _DEFECTS: dict[str, tuple[str, dict, object]] = {}
-for _f in (f for f in ARRAY_FIELDS if f not in (*SAMPLING_PARAMS, *NOISE_FIELDS)):  # optional arrays: their own classes
+_TREE_FIELDS = ("tree_parent", "node_draft_logits")  # SPEC 4c: tree batches only (tests/test_tree_contract.py)
+for _f in (f for f in ARRAY_FIELDS if f not in (*SAMPLING_PARAMS, *NOISE_FIELDS, *_TREE_FIELDS)):  # optional arrays: their own classes
     _needs = _MODEL if _f == "draft_logits" else {}
     _DEFECTS[f"dtype:{_f}"] = (_f, _needs, _wrong_dtype(_f))
     _DEFECTS[f"shape:{_f}"] = (_f, _needs, _wrong_shape(_f))

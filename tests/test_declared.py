@@ -38,7 +38,7 @@ def test_declarations_narrow_the_strategies():
     for what in ("logprobs", "one-hot drafts", "bfloat16", "float16", "fewer than 2 drafts", "block verification",
                  "min_p, top_k, top_p"):
         assert what in missing
-    everything = SamplerRecord(name="all", verification_methods={"token", "block"},
+    everything = SamplerRecord(name="all", streams="explicit", verification_methods={"token", "block", "tree"},
                                sampling_params={"min_p", "top_k", "top_p"})
     assert everything.not_exercised() == []  # a sampler declaring the whole SPEC is exercised on all of it
 
@@ -144,7 +144,7 @@ class _OneHotOnly(TorchSampler):
 
 
 # The campaigns of block verification and of the sampling parameters (SPEC 4b, 2).
-UNDECLARED = {"distribution_block_sequences", "block_closed_forms", "distribution_sampling_params"}
+UNDECLARED = {"distribution_block_sequences", "block_closed_forms", "distribution_sampling_params", "distribution_tree"}
 
 
 @pytest.mark.parametrize("sampler, skipped", [

@@ -51,7 +51,8 @@ def test_records_are_checked_when_built():
 
 def test_lookup_by_name_path_and_record():
     assert [d.name for d in dv.shipped()] == ["empty_residual_token0", "inverse_cdf_last_token",
-                                               "block_nan_prefix_resets"]
+                                               "block_nan_prefix_resets", "tree_bonus_unprocessed",
+                                               "tree_duplicate_siblings"]
     assert dv.deviation("empty_residual_token0").edges == ("empty_residual",)
     assert dv.deviation(LAST_POSITIVE) is LAST_POSITIVE and not dv.registered(LAST_POSITIVE)
     path = dv.deviation_path(LAST_POSITIVE)

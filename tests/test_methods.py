@@ -21,16 +21,17 @@ from rs_verify.reference import ReferenceSampler
 
 
 def test_the_registry_holds_the_specs_methods():
-    assert list(METHODS) == ["token", "block"] == list(VERIFICATION_METHODS)
+    assert list(METHODS) == ["token", "block", "tree"] == list(VERIFICATION_METHODS)
     assert methods.BASELINE is TOKEN and TOKEN.baseline and TOKEN.needs == ()
-    assert methods.OFFERED == (BLOCK,) and BLOCK.section == "4b" and BLOCK.needs == ("block_verification",)
+    assert methods.OFFERED == (BLOCK, methods.TREE) and BLOCK.section == "4b" and BLOCK.needs == ("block_verification",)
+    assert methods.TREE.section == "4c" and methods.TREE.needs == ("tree_verification",)
     assert methods.lookup("block") is BLOCK and large_batch(r=1, k=1, v=8).method is TOKEN
-    assert EXERCISED[: len(methods.OFFERED)] == ("block",)
+    assert EXERCISED[: len(methods.OFFERED)] == ("block", "tree")
 
 
 @pytest.mark.parametrize("name", ["blok", "Block", "", None, ["block"]])
 def test_an_unknown_method_is_a_clear_error(name):
-    with pytest.raises(UnknownMethod, match=r"unknown verification method .*\['token', 'block'\]"):
+    with pytest.raises(UnknownMethod, match=r"unknown verification method .*\['token', 'block', 'tree'\]"):
         methods.lookup(name)
     with pytest.raises(UnknownMethod, match="unknown verification method"):
         large_batch(r=1, k=1, v=8).replace(verification=name).method

@@ -20,10 +20,12 @@ import pytest
 from conftest import LONG_RUN, SHARE, budget
 from examples.bounded_sampler import BoundedSampler
 from examples.torch_sampler import TorchSampler
+from examples.tree_sampler import TreeSampler, per_node
 from rs_verify.engine.runner import pytest_run
 from rs_verify.harness import device
 from rs_verify.properties import PROPERTIES
 from rs_verify.properties.registry import register
+from rs_verify.reference import ReferenceSampler
 from rs_verify.triton_sampler import TritonSampler
 
 # A run that counts stochastic decisions compares at least this many at the profile's whole budget,
@@ -45,6 +47,11 @@ GATED = {
     # declares logit_bound = 1000 and refuses any finite processed logit beyond it (SPEC 10): every
     # property passes on it, so no strategy or fixed campaign sends one (the reference's cost, at a share)
     "bounded": (lambda request: BoundedSampler(), lambda: True),
+    # Tree verification (SPEC 4c, explicit family): the reference and the float32 example, one coin per
+    # child and per node; half their drawn batches are trees.
+    "reference-tree": (lambda request: ReferenceSampler(streams="explicit"), lambda: False),
+    "tree": (lambda request: TreeSampler(), lambda: True),
+    "tree-per-node": (lambda request: per_node(), lambda: True),
 }
 # What a stream family changes (SPEC 3, 8): certification against the reference drawing that family
 # (Context.oracle), the stream's edge points, and the bit-for-bit equalities its noise must keep.
@@ -52,6 +59,10 @@ FAMILY_PROPERTIES = frozenset({"certified_equivalence", "stream_edges", "chunked
                                "determinism"})
 # gated samplers that run only FAMILY_PROPERTIES in the default run
 FAMILY_ONLY = {"triton-murmur3", "triton-explicit", "triton-explicit-icdf"}
+# What tree verification changes (SPEC 4c): the tree samplers run these in the default run, the rest in the long run.
+TREE_PROPERTIES = frozenset({"certified_equivalence", "output_invariants", "greedy_chain", "batch_invariance",
+                             "chunked_equals_full"})
+TREE_ONLY = {"reference-tree", "tree", "tree-per-node"}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +94,8 @@ def _cases():
             continue
         for gated in GATED:
             long = prop.slow and _shared(gated) or (gated in FAMILY_ONLY and name not in FAMILY_PROPERTIES
-                                                    and not LONG_RUN)
+                                                    and not LONG_RUN) or (
+                gated in TREE_ONLY and name not in TREE_PROPERTIES and not LONG_RUN)
             yield pytest.param(name, gated, id=f"{name}-{gated}", marks=[pytest.mark.long] if long else [])
 
 
@@ -134,4 +146,4 @@ def test_register_refuses_an_incomplete_or_wrong_record(change, says):
 
 def test_family_properties_are_registered():
     """A renamed property would leave the murmur3 sampler's default run without it."""
-    assert FAMILY_PROPERTIES <= set(PROPERTIES)
+    assert FAMILY_PROPERTIES <= set(PROPERTIES) and TREE_PROPERTIES <= set(PROPERTIES)

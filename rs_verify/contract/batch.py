@@ -1,4 +1,4 @@
-"""The batch contract (SPEC sections 1, 5 and 6): `SpecBatch`, `SamplerOutput`, `LogprobsTensors`.
+"""The batch contract (SPEC sections 1, 4c, 5 and 6): `SpecBatch`, `SamplerOutput`, `LogprobsTensors`.
 
 This module imports nothing else of the project but its verification methods (`methods`); NumPy.
 """
@@ -15,7 +15,13 @@ from . import methods
 LOGITS_DTYPES = ("float32", "bfloat16", "float16")
 LOGPROBS_MODES = ("raw", "processed")
 DRAFT_MODES = ("model", "one_hot")  # draft logits, or None (one-hot drafts: n-gram, suffix, ...)
-VERIFICATION_METHODS = tuple(methods.METHODS)  # SPEC sections 4 and 4b: one record each in `methods`
+VERIFICATION_METHODS = tuple(methods.METHODS)  # SPEC sections 4, 4b and 4c: one record each in `methods`
+# SPEC 4c: how a node's children were drawn from its Q (a tree batch with `node_draft_logits`), and the
+# declarations of a tree-verifying sampler (SPEC 10): the kinds it takes ("one_hot": no node draft logits)
+# and how it draws its acceptance uniforms (one per child, or one coin per parent node).
+TREE_DRAFTS = ("iid", "without_replacement")
+TREE_DRAFT_KINDS = ("one_hot", *TREE_DRAFTS)
+TREE_UNIFORMS = ("per_child", "per_node")
 SAMPLING_PARAMS = ("min_p", "top_k", "top_p")  # SPEC section 2, in the order they mask
 EXERCISED = (*(m.name for m in methods.OFFERED), *SAMPLING_PARAMS)  # what `SpecBatch.exercises` reports
 
@@ -34,16 +40,18 @@ ARRAY_FIELDS = (
     "accept_uniforms",
     "resample_gumbel",
     "resample_uniforms",
+    "tree_parent",
+    "node_draft_logits",
 )
 # SPEC section 3c's explicit noise: float64, None unless the sampler's family is `explicit`.
 NOISE_FIELDS = ("accept_uniforms", "resample_gumbel", "resample_uniforms")
 # What moves with a request when a batch is cut or rearranged (SPEC section 7): arrays indexed by
 # row (`[N, ...]`) and by request (`[R, ...]`); optional ones are skipped when None.
-ROW_FIELDS = ("target_logits", "draft_token_ids", "pos", "accept_uniforms")
+ROW_FIELDS = ("target_logits", "draft_token_ids", "pos", "accept_uniforms", "tree_parent", "node_draft_logits")
 REQUEST_FIELDS = ("idx_mapping", "resample_gumbel", "resample_uniforms")
 # Arrays indexed by request state (`[S]`, `draft_logits` `[S, K, Vd]`): never sliced by chunking.
 STATE_FIELDS = ("temperature", "seeds", "top_k", "top_p", "min_p")
-SCALAR_FIELDS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode", "verification")
+SCALAR_FIELDS = ("num_speculative_steps", "logits_dtype", "num_logprobs", "logprobs_mode", "verification", "tree_drafts")
 # How many values of a per-request list a summary shows before "..." (a campaign has 200,000 requests).
 SUMMARY_ITEMS = 8
 
@@ -99,6 +107,10 @@ class SpecBatch:
     accept_uniforms: np.ndarray | None = None  # float64 [N] in (0, 1): explicit noise (SPEC 3c), u of each row
     resample_gumbel: np.ndarray | None = None  # float64 [R, V'], finite: per request, G of the token it samples
     resample_uniforms: np.ndarray | None = None  # float64 [R] in (0, 1): per request, U of an inverse-CDF resample
+    # SPEC 4c (verification == "tree"): each row is a node; its parent's local index (-1 for the root)
+    tree_parent: np.ndarray | None = None  # int32 [N]
+    node_draft_logits: np.ndarray | None = None  # float32 [N, Vd]: the Q that proposed row j's children; None: one-hot
+    tree_drafts: str = TREE_DRAFTS[0]  # "iid" or "without_replacement": how children were drawn from Q
 
     def __post_init__(self):
         for name in ARRAY_FIELDS:
@@ -123,7 +135,18 @@ class SpecBatch:
 
     @property
     def draft_vocab_size(self) -> int | None:
+        if self.node_draft_logits is not None:  # a tree batch's drafts (SPEC 4c)
+            return int(self.node_draft_logits.shape[1])
         return None if self.draft_logits is None else int(self.draft_logits.shape[2])
+
+    @property
+    def tree(self) -> bool:
+        """Whether the batch verifies trees (SPEC 4c)."""
+        return self.verification == methods.TREE.name
+
+    def tree_kind(self) -> str:
+        """A tree batch's draft kind: `"one_hot"` without node draft logits, else `tree_drafts`."""
+        return "one_hot" if self.node_draft_logits is None else self.tree_drafts
 
     @property
     def effective_vocab_size(self) -> int:
@@ -213,7 +236,10 @@ class SpecBatch:
             shape += f"S={self.num_states}"
         except (IndexError, TypeError, AttributeError):
             shape = "malformed"
-        if self.draft_logits is None:
+        if self.tree:
+            drafts = f"tree {self.tree_kind()}" + ("" if self.node_draft_logits is None else
+                                                    f"(node_draft_logits shape {list(np.shape(self.node_draft_logits))})")
+        elif self.draft_logits is None:
             drafts = "one-hot"
         else:
             drafts = f"model(draft_logits shape {list(np.shape(self.draft_logits))})"
@@ -279,12 +305,15 @@ class SamplerOutput:
     num_sampled: np.ndarray  # int32 [R]
     logprobs: LogprobsTensors | None = None
     extras: dict = field(default_factory=dict)  # optional instrumentation, never compared
+    accepted_nodes: np.ndarray | None = None  # int32 [R, K] for tree batches (SPEC 4c and 5), -1 padded
 
     def arrays(self) -> dict:
         """Every compared field as a name -> array mapping (logprobs fields prefixed), including
         `logprobs.cu_num_generated_tokens` (SPEC section 7: part of the compared output; `None`
         as an empty array, which no real `cu` list is)."""
         out = {"sampled": self.sampled, "num_sampled": self.num_sampled}
+        if self.accepted_nodes is not None:
+            out["accepted_nodes"] = self.accepted_nodes
         if self.logprobs is not None:
             out.update({f"logprobs.{k}": v for k, v in self.logprobs.fields().items()})
             cu = self.logprobs.cu_num_generated_tokens
@@ -294,3 +323,8 @@ class SamplerOutput:
     def request(self, r: int) -> list[int]:
         """The tokens emitted for request `r`."""
         return [int(t) for t in self.sampled[r, : int(self.num_sampled[r])]]
+
+    def path(self, r: int) -> list[int]:
+        """The local node indices of request `r`'s accepted path (SPEC 4c; tree batches only)."""
+        m = int(self.num_sampled[r]) - 1
+        return [int(c) for c in self.accepted_nodes[r, :m]]

@@ -85,10 +85,14 @@ def concat_outputs(parts: list[SamplerOutput], batch: SpecBatch) -> SamplerOutpu
     logprobs = None
     if batch.num_logprobs is not None:
         logprobs = LogprobsTensors.cat([p.logprobs for p in parts], batch.cu_num_logits)
+    nodes = None
+    if batch.tree:  # SPEC 4c: the accepted path's nodes, local to each request
+        nodes = np.concatenate([p.accepted_nodes.reshape(-1, k1 - 1) for p in parts], axis=0)
     return SamplerOutput(
         sampled=np.concatenate([p.sampled.reshape(-1, k1) for p in parts], axis=0),
         num_sampled=np.concatenate([p.num_sampled for p in parts], axis=0),
         logprobs=logprobs,
+        accepted_nodes=nodes,
     )
 
 
@@ -107,6 +111,7 @@ def empty_output(batch: SpecBatch) -> SamplerOutput:
         sampled=np.zeros((0, batch.num_speculative_steps + 1), np.int64),
         num_sampled=np.zeros(0, np.int32),
         logprobs=logprobs,
+        accepted_nodes=np.zeros((0, batch.num_speculative_steps), np.int32) if batch.tree else None,
     )
 
 

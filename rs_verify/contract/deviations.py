@@ -64,6 +64,12 @@ EDGES = {e.name: e for e in (
     Edge("block_prefix", "SPEC 4b: log P_i = -inf when p(d_i) = 0 or P_{i-1} = 0",
          "rule(prev, log_pd, log_qd: float64 [n]) -> float64 [n] log P_i where their sum is NaN",
          "exact: the sum is NaN only for -inf log-probabilities, never a near-tie"),
+    Edge("tree_bonus", "SPEC 4c: a path that ends on an accepted node emits the bonus from p_n",
+         "rule(logp: float64 [n, V'], raw: float64 [n, V']) -> float64 [n, V'] log weights sampled instead of p_n",
+         "the node's raw target logits; its argmax is certified as any bonus"),
+    Edge("tree_siblings", "SPEC 4c: one coin per node, S_k over the first k distinct siblings' tokens",
+         "rule(p: float64 [V'], tokens: int64 [c]) -> float64 [c] the bounds S_k",
+         "the coin's distance to the rule's nearer bound, as SPEC 4c's"),
 )}
 
 
@@ -83,7 +89,7 @@ class Deviation:
         if not isinstance(self.name, str) or not self.name or ":" in self.name or "," in self.name:
             raise ValueError(f"{who}: the name must be a non-empty string without ':' or ','")
         if not isinstance(self.section, str) or not self.section.startswith("4"):
-            raise ValueError(f"{who}: section must name the SPEC section whose clause it replaces ('4', '4b'), "
+            raise ValueError(f"{who}: section must name the SPEC section whose clause it replaces ('4', '4b', '4c'), "
                              f"not {self.section!r}")
         if not isinstance(self.replaces, str) or not self.replaces.strip():
             raise ValueError(f"{who}: replaces must quote the SPEC clause the deviation replaces")
@@ -116,6 +122,12 @@ class Deviation:
                 if edge == "empty_residual":
                     out = np.asarray(fn(logp.copy()))
                     ok = out.shape == logp.shape and out.dtype == np.float64 and (out > -np.inf).any(axis=1).all()
+                elif edge == "tree_bonus":
+                    out = np.asarray(fn(logp.copy(), np.log(np.array([[1.0, 2.0, 3.0, 4.0]] * 2))))
+                    ok = out.shape == logp.shape and out.dtype == np.float64 and (out > -np.inf).any(axis=1).all()
+                elif edge == "tree_siblings":
+                    out = np.asarray(fn(np.exp(logp[0]), np.array([0, 1, 0], np.int64)))
+                    ok = out.shape == (3,) and out.dtype == np.float64 and (np.diff(out) >= 0).all()
                 elif edge == "inverse_cdf_top":
                     out = np.asarray(fn(logp.copy(), np.array([0.999999, 0.5])))
                     ok = out.shape == (2,) and out.dtype.kind == "i" and ((out >= 0) & (out < 4)).all()

@@ -10,7 +10,8 @@ import numpy as np
 
 from .deviations import Deviation, register
 
-__all__ = ["BLOCK_NAN_PREFIX_RESETS", "EMPTY_RESIDUAL_TOKEN0", "INVERSE_CDF_LAST_TOKEN"]
+__all__ = ["BLOCK_NAN_PREFIX_RESETS", "EMPTY_RESIDUAL_TOKEN0", "INVERSE_CDF_LAST_TOKEN", "TREE_BONUS_UNPROCESSED",
+           "TREE_DUPLICATE_SIBLINGS"]
 
 
 def _point_mass(logp: np.ndarray, token: int) -> np.ndarray:
@@ -57,3 +58,28 @@ BLOCK_NAN_PREFIX_RESETS = register(Deviation(
     replaces="log P_i = -inf whenever p(d_i) = 0 or P_{i-1} = 0",
     rules={"block_prefix": prefix_resets},
     doc="vLLM MRV2 block verification: a NaN prefix ratio (-inf - -inf) becomes min(NaN, 0) = 0"))
+
+
+def raw_softmax(logp: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """EAGLE 1.2.1: an accepted leaf's bonus from `softmax` of the raw logits (no temperature, no parameters)."""
+    raw = np.asarray(raw, np.float64)
+    with np.errstate(invalid="ignore"):
+        return raw - raw.max(axis=1, keepdims=True)
+
+
+def repeated_bounds(p: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """SGLang's tree kernel: `S_k` sums `p` over the first `k` siblings' tokens, repeats counted."""
+    return np.cumsum(np.asarray(p, np.float64)[np.asarray(tokens, np.int64)])
+
+
+TREE_BONUS_UNPROCESSED = register(Deviation(
+    name="tree_bonus_unprocessed", section="4c",
+    replaces="a path that ends on an accepted node emits the bonus from p_n",
+    rules={"tree_bonus": raw_softmax},
+    doc="EAGLE 1.2.1: an accepted leaf's bonus is drawn from softmax of the raw logits"))
+
+TREE_DUPLICATE_SIBLINGS = register(Deviation(
+    name="tree_duplicate_siblings", section="4c",
+    replaces="one coin per node: S_k sums p_n over the first k distinct siblings' tokens",
+    rules={"tree_siblings": repeated_bounds},
+    doc="SGLang's tree kernel: a repeated one-hot sibling is tried with its token's mass again"))

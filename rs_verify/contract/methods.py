@@ -1,4 +1,4 @@
-"""Verification methods (SPEC sections 4 and 4b): one `VerificationMethod` record per method.
+"""Verification methods (SPEC sections 4, 4b and 4c): one `VerificationMethod` record per method.
 
 PyTorch's OpInfo is the model: one constructor call per method, checked when it is built, and a
 registry (`METHODS`, name -> record) that everything else reads. The batch contract validates
@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["BASELINE", "BLOCK", "METHODS", "OFFERED", "TOKEN", "UnknownMethod", "VerificationMethod",
+__all__ = ["BASELINE", "BLOCK", "METHODS", "OFFERED", "TOKEN", "TREE", "UnknownMethod", "VerificationMethod",
            "declared", "lookup", "narrow"]
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -99,8 +99,9 @@ def _registry(*methods: VerificationMethod) -> dict[str, VerificationMethod]:
 
 TOKEN = VerificationMethod("token", section="4", label="token verification")
 BLOCK = VerificationMethod("block", section="4b", label="block verification", capability="block_verification")
+TREE = VerificationMethod("tree", section="4c", label="tree verification", capability="tree_verification")
 
-METHODS = _registry(TOKEN, BLOCK)
+METHODS = _registry(TOKEN, BLOCK, TREE)
 BASELINE = next(iter(METHODS.values()))  # every sampler verifies by it (SPEC section 10's default)
 OFFERED = tuple(m for m in METHODS.values() if not m.baseline)  # declared besides it, and reported
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import tree as tree_rules
 from .batch import LOGITS_DTYPES, LOGPROBS_MODES, NOISE_FIELDS, VERIFICATION_METHODS, SpecBatch
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -82,6 +83,7 @@ def _check_structure(batch: SpecBatch) -> None:
         if dl.shape[2] > v:
             _fail("draft_logits", None, f"draft vocab {dl.shape[2]} exceeds target vocab {v}")
     _check_noise_structure(batch, n, r)
+    tree_rules.check_structure(batch, _check_array, _fail)
     nl = batch.num_logprobs
     if nl is not None:
         if isinstance(nl, bool) or not isinstance(nl, (int, np.integer)) or not 0 <= nl <= v:
@@ -122,7 +124,9 @@ def _check_layout(batch: SpecBatch) -> None:
     if (steps <= 0).any():
         i = _first(steps <= 0) + 1
         _fail("cu_num_logits", i, f"not strictly increasing ({cu[i - 1]} then {cu[i]})")
-    if (steps > k + 1).any():
+    if batch.tree:  # SPEC 4c: a tree's depth, not its node count, is bounded by K
+        tree_rules.check_layout(batch, _fail)
+    elif (steps > k + 1).any():
         i = _first(steps > k + 1)
         _fail("cu_num_logits", i + 1, f"request {i} owns {steps[i]} rows, more than K + 1 = {k + 1}")
     if cu[-1] != batch.num_logits:
@@ -194,6 +198,13 @@ def _check_values(batch: SpecBatch) -> None:
         _fail("draft_token_ids", _first(bad), f"draft id >= V' = {v_eff}")
     absmax = _scan_rows(batch.target_logits, v_eff, batch.logits_dtype, "target_logits",
                         lambda i, j: i if j is None else (i, j))
+    nd = batch.node_draft_logits
+    if nd is not None and batch.num_logits:  # SPEC 4c: the Q rows of nodes with children
+        parents = tree_rules.parent_rows(batch)
+        if parents.size:
+            q_abs = _scan_rows(nd[parents], v_eff, batch.logits_dtype, "node_draft_logits",
+                               lambda i, j: int(parents[i]) if j is None else (int(parents[i]), j))
+            np.maximum.at(absmax, parents, q_abs)
     # Largest finite |logit| per request, target rows and the draft rows it verifies.
     req_absmax = np.zeros(batch.num_reqs)
     if batch.num_logits:

@@ -63,12 +63,14 @@ def certifying_reference(reference, record: SamplerRecord | None):
         kw["block_seed"] = record.block_seed
     if record.deviations:
         kw["deviations"] = record.applied
+    if record.tree_uniforms != "per_child":  # SPEC 4c: one coin per parent node
+        kw["tree_uniforms"] = record.tree_uniforms
     bind = getattr(reference, "with_streams", None)
     if callable(bind):
         return bind(record.family, **kw)
     own = record_of(reference)
     same = (own.family is record.family and (own.resample, own.block_seed) == (record.resample, record.block_seed)
-            and own.applied == record.applied)
+            and own.applied == record.applied and own.tree_uniforms == record.tree_uniforms)
     return reference if same else None
 
 

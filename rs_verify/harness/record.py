@@ -15,7 +15,9 @@ family whose record offers it],
 `supports_chunking` [False], `supports_logprobs` [True], `draft_modes` [{"model", "one_hot"}],
 `logits_dtypes` [all three], `min_spec_steps` [0], `verification_methods` [{"token"}],
 `sampling_params` [{}], `interpreted` [False], `memory_stats` [False], `unvalidated()`
-[absent], `block_v` [None: the sampler's vocabulary block, when it has one], `deviations` [{}:
+[absent], `block_v` [None: the sampler's vocabulary block, when it has one], `tree_drafts` [{"one_hot"}; add
+"iid", "without_replacement": the tree kinds a tree-verifying sampler takes, SPEC 4c], `tree_uniforms`
+["per_child"; or "per_node": one coin per parent node, one-hot trees only], `deviations` [{}:
 SPEC 11's declared deviations, names of shipped ones or `Deviation` records or their paths; a
 front end adds those named on its command line with `replace`], `detected` [{}: facts an adapter
 read from the library it wraps, e.g. `{"draft_logits": "raw"}`, shown in the summary], `logit_bound`
@@ -30,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..contract.batch import DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, VERIFICATION_METHODS, SpecBatch
+from ..contract.batch import (DRAFT_MODES, EXERCISED, LOGITS_DTYPES, SAMPLING_PARAMS, TREE_DRAFT_KINDS, TREE_UNIFORMS,
+                              VERIFICATION_METHODS, SpecBatch)
 from ..contract import methods
 from ..contract import deviations as known_deviations
 from ..contract import logit_bound as logit_bounds
@@ -77,12 +80,15 @@ class SamplerRecord:
     deviations: frozenset = frozenset()  # SPEC 11: names of shipped deviations, or Deviation records
     detected: tuple = ()  # (fact, value) pairs an adapter read from the library it wraps
     logit_bound: float | None = None  # SPEC 10: the largest |z| of a finite processed logit claimed (None: all)
+    tree_drafts: frozenset = frozenset({"one_hot"})  # SPEC 4c and 10: the tree kinds taken
+    tree_uniforms: str = "per_child"  # SPEC 4c: "per_child" or "per_node" (one coin per parent node)
 
     def __post_init__(self):
         who = f"sampler {self.name}"
         for name, allowed, empty_ok in (("draft_modes", DRAFT_MODES, False), ("logits_dtypes", LOGITS_DTYPES, False),
                                         ("verification_methods", VERIFICATION_METHODS, False),
-                                        ("sampling_params", SAMPLING_PARAMS, True)):
+                                        ("sampling_params", SAMPLING_PARAMS, True),
+                                        ("tree_drafts", TREE_DRAFT_KINDS, False)):
             value = getattr(self, name)
             if isinstance(value, str) or not isinstance(value, (set, frozenset, list, tuple)):
                 raise DeclarationError(f"{who}: {name} must be a set of {list(allowed)}, not {value!r}")
@@ -107,6 +113,7 @@ class SamplerRecord:
             offered = list(fam.block_seeds) if fam is not None else [stream_families.PLAIN]
             raise DeclarationError(f"{who}: block_seed {self.block_seed!r}: the stream family {self.streams!r} draws "
                                    f"the block seeds {offered} (SPEC 3b and 10)")
+        self._check_tree(who)
         k = self.min_spec_steps
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise DeclarationError(f"{who}: min_spec_steps must be an int >= 0, not {k!r}")
@@ -118,6 +125,18 @@ class SamplerRecord:
         b = self.block_v
         if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
             object.__setattr__(self, "block_v", None)  # not a vocabulary block the strategies can use
+
+    def _check_tree(self, who: str) -> None:
+        """SPEC 4c and 10: tree batches use the explicit family; one coin per node is for one-hot trees."""
+        if self.tree_uniforms not in TREE_UNIFORMS:
+            raise DeclarationError(f"{who}: tree_uniforms must be one of {list(TREE_UNIFORMS)}, not {self.tree_uniforms!r}")
+        if self.tree_uniforms != TREE_UNIFORMS[0] and self.tree_drafts != {"one_hot"}:
+            raise DeclarationError(f"{who}: tree_uniforms {self.tree_uniforms!r} is for one-hot trees only (SPEC 4c), "
+                                   f"not tree_drafts {sorted(self.tree_drafts)}")
+        fam = self.family
+        if methods.TREE.name in self.verification_methods and (fam is None or fam.keyed_by != "batch"):
+            raise DeclarationError(f"{who}: tree verification uses the explicit stream family (SPEC 4c: the batch's "
+                                   f"noise), not streams {self.streams!r}")
 
     # -- what the suite draws and reports ---------------------------------------------
 
@@ -156,6 +175,9 @@ class SamplerRecord:
             kw["block_seed"] = self.block_seed
         if self.logit_bound is not None:  # finite processed logits within it, -inf still drawn (SPEC 10)
             kw["logit_bound"] = self.logit_bound
+        if methods.TREE.name in self.verification_methods:  # SPEC 4c: the tree kinds and coin layout it takes
+            kw["tree_drafts"] = tuple(k for k in TREE_DRAFT_KINDS if k in self.tree_drafts)
+            kw["tree_uniforms"] = self.tree_uniforms
         return kw
 
     def fit(self, batch: SpecBatch) -> SpecBatch:
@@ -362,6 +384,8 @@ def record_of(sampler) -> SamplerRecord:
         deviations=_declared(sampler, "deviations", frozenset()),
         detected=_detected(name, _declared(sampler, "detected", {})),
         logit_bound=_declared(sampler, "logit_bound", None),
+        tree_drafts=_declared(sampler, "tree_drafts", frozenset({"one_hot"})),
+        tree_uniforms=_declared(sampler, "tree_uniforms", "per_child"),
     )
 
 

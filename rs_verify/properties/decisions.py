@@ -216,6 +216,68 @@ def _block_divergence(r, trace, drafts, ref, prod, eps) -> tuple[Divergence | No
     return _final_divergence(r, tau, trace, ref[tau], prod[tau], eps), tau
 
 
+def _tree_divergence(r, trace, batch, out, eps, greedy) -> tuple[Divergence | None, int]:
+    """Level by level (SPEC 4c): the production's accepted child at each level must be the one the
+    reference's decisions accept, each differing decision a near-tie (its margin within `eps * L`); where
+    both stop at the same node the emitted token is compared as an argmax."""
+    lo = int(batch.cu_num_logits[r])
+    size = int(batch.cu_num_logits[r + 1]) - lo
+    tokens = [int(t) for t in batch.draft_token_ids[lo : lo + size]]
+    parents = [int(p) for p in batch.tree_parent[lo : lo + size]]
+    ref = list(trace.tokens)
+    prod = out.request(r)
+    if out.accepted_nodes is None:
+        return Divergence(r, 0, "length", None, None, np.inf, 0.0, False,
+                          note="; a tree batch's output carries accepted_nodes (SPEC 5)"), 0
+    path = out.path(r)
+    node = 0
+    for level in range(len(ref)):
+        mine = path[level] if level < len(path) else None
+        tok = prod[level] if level < len(prod) else None
+        if greedy:
+            arg = _at_step(trace, level, "argmax")
+            if arg is None:
+                return Divergence(r, level, "length", None, tok, np.inf, 0.0, False), level
+            if tok != arg.token:
+                gap, tol = _gap_and_tolerance(arg, tok, eps)
+                return Divergence(r, level, "argmax", arg.token, tok, gap, tol, gap <= tol), level
+            first = next((c for c in range(1, size) if parents[c] == node and tokens[c] == arg.token), None)
+            if mine != first:
+                return Divergence(r, level, "prefix", arg.token, tok, np.inf, 0.0, False,
+                                  note=f"; greedy trees accept the first child of node {node} with the argmax token "
+                                       f"(node {first}), the production's path {path}"), level
+            if first is None:
+                return None, level
+            node = first
+            continue
+        tried = [d for d in trace.decisions if d.kind == "accept" and d.step == level]
+        for d in tried:
+            c = d.row - lo
+            if d.accepted == (mine == c):
+                continue
+            if getattr(d, "what", "") == FREE:
+                return Divergence(r, level, "accept", ref[level], tok, np.nan, 0.0, True, free=True,
+                                  note=f"; free: child {c}'s q~(x) is below 2**-126 (SPEC 4c, as section 4)"), level
+            tol = eps * d.scale
+            return Divergence(r, level, "accept", ref[level], tok, d.margin, tol, abs(d.margin) <= tol,
+                              note=f"; child {c} (token {d.token}) of node {node}: the reference "
+                                   f"{'accepted' if d.accepted else 'rejected'} it, the production's path is {path}"), level
+        accepted = next((d.row - lo for d in tried if d.accepted), None)
+        if accepted is None and mine is not None:
+            return Divergence(r, level, "length", ref[level], tok, np.inf, 0.0, False,
+                              note=f"; the production accepted node {mine}, which the reference never tried "
+                                   f"(children of node {node}: {[d.row - lo for d in tried]})"), level
+        if accepted is not None:
+            node = accepted
+            continue
+        if tok != ref[level]:
+            return _final_divergence(r, level, trace, ref[level], tok, eps), level
+        if len(prod) != len(ref):
+            return Divergence(r, level, "length", ref[level], tok, np.inf, 0.0, False), level
+        return None, level
+    return None, len(ref) - 1
+
+
 def _stochastic_compared(trace, last_step: int, greedy: bool) -> int:
     if greedy:
         return 0
@@ -262,7 +324,7 @@ def _mask_excusal(batch, out, r, trace, last_step, eps, reference) -> Divergence
         return None
     sub = select_requests(batch, [r])
     lo = int(batch.cu_num_logits[r])
-    mine = SamplerOutput(sampled=out.sampled[r : r + 1], num_sampled=out.num_sampled[r : r + 1])
+    mine = _one_request(out, r)
     for flips in _mask_alternatives(near):
         _, alt = reference.verify_with_trace(sub, flips={j - lo: tokens for j, tokens in flips.items()})
         again = compare_decisions(sub, mine, alt, eps)
@@ -273,6 +335,12 @@ def _mask_excusal(batch, out, r, trace, last_step, eps, reference) -> Divergence
                               note=f"; explained by the mask near-tie(s) {what} decided the other way "
                                    f"({getattr(d, 'what', '') or 'mask'} margin {d.margin:.3g})")
     return None
+
+
+def _one_request(out, r: int) -> SamplerOutput:
+    """Request `r`'s output as a batch of one (its accepted nodes with it, SPEC 4c)."""
+    nodes = None if out.accepted_nodes is None else out.accepted_nodes[r : r + 1]
+    return SamplerOutput(sampled=out.sampled[r : r + 1], num_sampled=out.num_sampled[r : r + 1], accepted_nodes=nodes)
 
 
 def _accepted_by(prod, drafts, i: int) -> bool:
@@ -313,13 +381,17 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
     result = Comparison()
     temps = np.asarray(batch.temperature)[np.asarray(batch.idx_mapping, dtype=np.int64)]
     block = getattr(batch, "verification", None) == methods.BLOCK.name
+    tree = getattr(batch, "verification", None) == methods.TREE.name
     for trace in traces:
         r = trace.request
         greedy = bool(temps[r] == 0)
         ref, prod = list(trace.tokens), out.request(r)
         drafts = batch.draft_tokens(r)
-        compare = _block_divergence if block and not greedy else _token_divergence
-        div, last = compare(r, trace, drafts, ref, prod, eps)
+        if tree:  # SPEC 4c: level by level, the accepted child and the emitted token
+            div, last = _tree_divergence(r, trace, batch, out, eps, greedy)
+        else:
+            compare = _block_divergence if block and not greedy else _token_divergence
+            div, last = compare(r, trace, drafts, ref, prod, eps)
         if div is not None and div.free:  # not compared from the free step on (SPEC 4, read for 4b)
             result.free.append(div)
             result.stochastic += _stochastic_compared(trace, div.step - 1, greedy)
@@ -333,7 +405,7 @@ def compare_decisions(batch, out, traces, eps: float = DEFAULT_EPS, *, reference
             result.stochastic += stochastic
             continue
         if div is not None and not div.excused and not greedy:
-            scope = len(drafts) if block else div.step
+            scope = len(drafts) if block or tree else div.step  # a tree's mask decisions: every node's row
             div = _mask_excusal(batch, out, r, trace, scope, eps, reference) or div
         if div is not None:
             ruled = sorted({d.deviation for d in trace.decisions if getattr(d, "deviation", "") and d.step <= div.step})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..contract import probs
+from ..contract.tree import greedy_tokens
 from .assertions import call, event
 from ..harness.failure import PropertyFailure
 from .output_rules import check_output_invariants, fail_request, undeclared_hint
@@ -46,14 +47,19 @@ def greedy_chain(ctx, batch) -> None:
     greedy = np.flatnonzero(temps == 0)
     event(f"greedy requests: {min(len(greedy), 3)}{'+' if len(greedy) >= 3 else ''}")
     for r in greedy:
-        drafts = batch.draft_tokens(r)
-        want = []
-        for i, d in enumerate(drafts):
-            want.append(int(a[cu[r] + i]))
-            if d != want[-1]:
-                break
-        else:
-            want.append(int(a[cu[r + 1] - 1]))
+        want = greedy_tokens(batch, int(r), a) if batch.tree else _argmax_chain(batch.draft_tokens(r), a, cu, r)
         got = out.request(r)
         if got != want:
             fail_request(batch, int(r), f"greedy request emitted {got}, argmax chain is {want}")
+
+
+def _argmax_chain(drafts, a, cu, r) -> list[int]:
+    """What greedy request `r` emits token by token (SPEC 4): the argmax of each row up to the first draft
+    that differs from it, else every draft and the bonus row's argmax."""
+    want = []
+    for i, d in enumerate(drafts):
+        want.append(int(a[cu[r] + i]))
+        if d != want[-1]:
+            return want
+    want.append(int(a[cu[r + 1] - 1]))
+    return want

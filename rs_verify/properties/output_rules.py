@@ -21,6 +21,7 @@ from ..contract.block import block_quantities
 from ..contract.deviations import Applied, applied, shipped
 from ..contract.masks import batch_masks
 from .deviation_rules import DeviationView
+from .tree_rules import check_tree_invariants
 
 # Outputs of larger batches (the distribution campaigns' hundreds of thousands of requests) are
 # not checked at the call: the check is a Python loop over requests and float64 probabilities of
@@ -80,6 +81,8 @@ def check_output_invariants(batch, out, deviations=None) -> None:
     `cu_num_generated_tokens`), with the rules of the declared `deviations` (SPEC 11; names, records or
     an `Applied`) in place of those they replace."""
     dev = applied(deviations)
+    if batch.tree:  # SPEC 4c: a root path of the tree (rs_verify.properties.tree_rules)
+        return check_tree_invariants(batch, out, dev, _clearly_masked(batch), fail_request)
     v = batch.effective_vocab_size
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     p = probs.target_probs(batch)

@@ -377,7 +377,7 @@ def test_decision_knobs_restrict_draws(kwargs, holds):
 
 @pytest.mark.parametrize("kwargs", [dict(block_sizes=()), dict(block_sizes=[0]), dict(saturated="yes"),
                                     dict(min_reqs=3, max_reqs=2), dict(patterns=("zigzag",)), dict(seeds=5),
-                                    dict(verifications=("tree",)), dict(verifications=()),
+                                    dict(verifications=("trees",)), dict(verifications=()),
                                     dict(sampling_params=("top_q",)), dict(sampling_params="top_k"),
                                     dict(streams="numpy"), dict(streams="own")], ids=repr)
 def test_bad_decision_knobs_raise_eagerly(kwargs):
