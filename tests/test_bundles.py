@@ -250,17 +250,20 @@ def test_explicit_noise_round_trips_bit_for_bit(tmp_path):
     _same_noise(scope["batch"], b)
 
 
-def test_a_bundle_written_before_the_noise_fields_loads(tmp_path):
-    """A bundle from before SPEC 3c (its batch has no noise fields at all) loads with them None."""
+def test_a_bundle_written_before_the_noise_and_tree_fields_loads(tmp_path):
+    """A bundle from before SPEC 3c and 4c (its batch has no noise or tree fields at all) loads with
+    them at their defaults."""
     b = _batch(2)
     path = bundle.save(tmp_path, Failure("determinism", "reference", "property", "", batch=b, drawn=b),
                        options={"profile": "ci"})
     with np.load(path, allow_pickle=False) as raw:
         members = {k: raw[k] for k in raw.files}
     meta = json.loads(str(members[bundle.META_KEY][()]))
-    for name in ("accept_uniforms", "resample_gumbel", "resample_uniforms"):
+    for name in ("accept_uniforms", "resample_gumbel", "resample_uniforms", "tree_parent", "node_draft_logits"):
         assert meta["batch"].pop(name) is None and meta["drawn"].pop(name) is None
+    meta["batch"].pop("tree_drafts"), meta["drawn"].pop("tree_drafts")
     old = _corrupt(tmp_path, "old.npz", dict(members, **{bundle.META_KEY: np.array(json.dumps(meta))}))
     got = bundle.load(old)
     _same_batch(got.batch, b)
     assert got.batch.noise_carried() == () and got.drawn.accept_uniforms is None
+    assert got.batch.tree_parent is None and got.batch.tree_drafts == b.tree_drafts

@@ -260,3 +260,20 @@ def test_the_log1p_stand_in_matches_torch():
         _log1p_kernel[(1,)](x, out)
     torch.testing.assert_close(out, torch.log1p(x), rtol=2e-7, atol=0)
     assert STAND_IN.tldevice.exp is libdevice.exp  # every other name is libdevice's
+
+
+def test_before_0_32_the_chunk_loop_processes_every_state_the_release_would():
+    """Before 0.32.0 `SamplingStates.add_request` returns nothing and `Sampler.add_request` decides
+    whether a state's logits are processed at all: the adapter follows its rule (temperature other
+    than 0 and 1, min-p, top-k, top-p), else a temperature never reaches the target logits."""
+    from rs_verify.adapters.vllm_chunks import _needs_processing
+
+    def states(t, min_p=0.0, top_k=5, top_p=1.0):
+        col = lambda v: types.SimpleNamespace(np=np.array([v]))  # noqa: E731
+        return types.SimpleNamespace(temperature=col(t), min_p=col(min_p), top_k=col(top_k), top_p=col(top_p),
+                                     vocab_size=5)
+
+    assert _needs_processing(states(0.5), 0, None)
+    assert not _needs_processing(states(1.0), 0, None) and not _needs_processing(states(0.0), 0, None)
+    assert _needs_processing(states(1.0, min_p=0.1), 0, None) and _needs_processing(states(1.0, top_k=2), 0, None)
+    assert _needs_processing(states(1.0), 0, True) and not _needs_processing(states(0.5), 0, False)

@@ -71,10 +71,13 @@ class _HostTensor:
 
 
 class _Inert:
-    """A pipeline stage the SPEC does not have (the thinking budget): applies nothing."""
+    """A pipeline stage the SPEC does not have (logit bias, penalties, bad words, the thinking
+    budget): applies nothing, whichever arguments a release calls it with."""
 
-    def apply(self, logits, ctx):
+    def apply(self, logits, *args, **kwargs):
         return logits
+
+    apply_logit_bias = apply_penalties = apply_bad_words = apply
 
 
 class _SamplerState:
@@ -87,6 +90,7 @@ class _SamplerState:
         self.use_fp64_gumbel = use_fp64
         self.logits_processors = []
         self.thinking_budget_state = _Inert()
+        self.logit_bias_state = self.penalties_state = self.bad_words_state = _Inert()  # read before 0.32.0
         self.trace_replay_state = None
         self.return_sampling_mask = False
         self.compute_nans = False
@@ -183,9 +187,21 @@ class VllmChunkedSampler:
         for i, (t, seed) in enumerate(zip(np.asarray(batch.temperature), np.asarray(batch.seeds))):
             params = types.SimpleNamespace(temperature=float(t), top_k=0, top_p=1.0, min_p=0.0, seed=int(seed),
                                            logprobs=k)
-            needs[i] = states.add_request(i, params)
+            needs[i] = _needs_processing(states, i, states.add_request(i, params))
         states.apply_staged_writes()
         return states, needs
+
+
+def _needs_processing(states, i: int, said) -> bool:
+    """Whether vLLM processes state `i`'s logits at all: what `SamplingStates.add_request` returns
+    from 0.32.0 on; before it (0.29.0 to 0.31.0) `Sampler.add_request` decided, from the states'
+    temperature, min-p, top-k and top-p (its logit bias, penalties, bad words and thinking budget
+    are off here). Without it a temperature other than 1 would never reach the target logits."""
+    if said is not None:
+        return bool(said)
+    t = states.temperature.np[i]
+    return bool((t != 0.0 and t != 1.0) or states.min_p.np[i] != 0.0 or states.top_k.np[i] != states.vocab_size
+                or states.top_p.np[i] != 1.0)
 
 
 def _logprobs(found, batch: SpecBatch) -> LogprobsTensors | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..contract.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALAR_FIELDS, SpecBatch
+from ..contract.batch import ARRAY_FIELDS, SCALAR_FIELDS as _SCALAR_FIELDS, SpecBatch, TREE_DRAFTS
 from .defaults import DEFAULT_BUNDLE_DIR as DEFAULT_DIR
 from .records import Failure
 from .versions import versions
@@ -41,7 +41,8 @@ VERSION = 1
 META_KEY = "__meta__"
 # Batch fields added after the first bundles were written: an older bundle replays with their defaults.
 _LATER_FIELDS = {"top_k": None, "top_p": None, "min_p": None, "verification": "token",
-                 "accept_uniforms": None, "resample_gumbel": None, "resample_uniforms": None}
+                 "accept_uniforms": None, "resample_gumbel": None, "resample_uniforms": None,
+                 "tree_parent": None, "node_draft_logits": None, "tree_drafts": TREE_DRAFTS[0]}
 _REQUIRED = ("format", "version", "property", "sampler", "options", "versions", "drawn", "batch")
 
 
