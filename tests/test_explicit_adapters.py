@@ -264,6 +264,24 @@ def test_without_the_libraries_the_error_says_what_to_install(monkeypatch):
         VllmV1Sampler()
 
 
+def test_a_kernel_module_whose_package_does_not_import_is_loaded_from_its_file(tmp_path, monkeypatch):
+    """SGLang 0.5.20's `__init__` imports a package the gate does not install: the adapter loads the
+    kernel module from its file (it imports only Triton), and the half-imported package the failed
+    import leaves behind does not break the next module tried."""
+    pkg = tmp_path / "fakesg"
+    (pkg / "srt").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import fakesg.srt.env\nimport not_installed_anywhere\n")
+    # fakesg.srt is a namespace package (no __init__.py), as sglang.srt is
+    (pkg / "srt" / "env.py").write_text("")
+    (pkg / "srt" / "kernels.py").write_text(f"def {sglang.CHAIN}(**kw):\n    return kw\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sglang, "SGLANG_MODULES", ("fakesg.ops.missing", "fakesg.srt.kernels"))
+    for key in [k for k in sys.modules if k.startswith("fakesg")]:
+        monkeypatch.delitem(sys.modules, key)
+    chain, block = sglang.load_sglang()
+    assert chain.__name__ == sglang.CHAIN and chain.__module__ == "fakesg.srt.kernels" and block is None
+
+
 def test_a_changed_calling_convention_fails_at_construction():
     def newer(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
               retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs,

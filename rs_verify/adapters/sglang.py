@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import os
 import inspect
 import sys
 
@@ -93,14 +95,19 @@ def block_keyword(chain):
 def load_sglang() -> tuple:
     """`(chain, block or None)` from the first importable module of `SGLANG_MODULES`: the block
     function is the chain function's `block_verification=True` (0.5.23) or the module's separate
-    `BLOCK` function (older trees)."""
+    `BLOCK` function (older trees). A module whose package does not import here (SGLang 0.5.20's
+    `__init__` imports torchvision, which the gate does not install) is loaded from its file: the
+    kernel module itself imports only Triton."""
     errors = []
     for name in SGLANG_MODULES:
         try:
             module = importlib.import_module(name)
         except ImportError as exc:
-            errors.append(f"{name}: {exc}")
-            continue
+            _forget_partial(name)
+            module = _from_file(name)
+            if module is None:
+                errors.append(f"{name}: {exc}")
+                continue
         if hasattr(module, CHAIN):
             chain = getattr(module, CHAIN)
             return chain, block_keyword(chain) or getattr(module, BLOCK, None)
@@ -108,6 +115,33 @@ def load_sglang() -> tuple:
     raise ImportError(f"rs_verify.adapters.sglang needs SGLang's Triton chain verification ({CHAIN}), which could "
                       f"not be imported ({'; '.join(errors)}). Install sglang, or pass chain_speculative_sampling= a "
                       f"function with the same calling convention.")
+
+
+def _forget_partial(name: str) -> None:
+    """Drop the half-imported package a failed import leaves behind (its submodules without their
+    parent), which would make every later import under it fail with a KeyError."""
+    top = name.partition(".")[0]
+    if top not in sys.modules:
+        for key in [k for k in sys.modules if k.startswith(top + ".")]:
+            del sys.modules[key]
+
+
+def _from_file(name: str):
+    """Module `name` executed from its file under the installed package, without the package's
+    `__init__`; None when there is no such file or it does not execute here."""
+    spec = importlib.util.find_spec(name.partition(".")[0])
+    roots = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for root in roots:
+        path = os.path.join(root, *name.split(".")[1:]) + ".py"
+        if not os.path.isfile(path):
+            continue
+        module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
+        try:
+            module.__spec__.loader.exec_module(module)
+        except Exception:  # noqa: BLE001 - the import error before it is what the caller reports
+            return None
+        return module
+    return None
 
 
 def check_convention(fn) -> None:
