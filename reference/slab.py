@@ -32,7 +32,7 @@ from rs_verify.contract.streams import PLAIN
 
 from . import inverse_cdf
 from .block import block_decisions, verify_block
-from .logits import divide, row_layout, softmax_parts
+from .logits import divide, log_softmax64, row_layout, softmax_parts
 from .logprobs import slab_logprobs
 from .masks import mask_decisions, mask_slab
 from .trace import Q_FREE_LOG, slab_traces, token_scale
@@ -245,7 +245,7 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
             used = r.any(axis=1) if dev is None else ~empty32  # no positive mass: falls back to p
             keep = np.flatnonzero(used)
             if slab.trace:
-                out.update(mass=r.sum(axis=1), logq=np.log(eq), used=used,
+                out.update(mass=r.sum(axis=1), logq=np.log(eq), logq_exact=log_softmax64(zq), used=used,
                            log_scale=None if log_scale is None else log_scale[rej])
             np.log(r, out=r)
             base[rej[keep]] = r[keep]
@@ -287,6 +287,7 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
         out.setdefault("mass", np.zeros(0))
         out.setdefault("used", out["mass"] > 0)
         out.setdefault("logq", None)
+        out.setdefault("logq_exact", None)
         out["ruled"] = ruled
     return out
 

@@ -207,6 +207,7 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
     if k >= 0:
         mass, draft, used = float(res["mass"][k]), int(slab.d[j]), bool(res["used"][k])
         q_row = None if res["logq"] is None else res["logq"][k]
+        q_exact = None if res.get("logq_exact") is None else res["logq_exact"][k]  # log q without underflow
         if used and inverse:  # the other branch: inverse CDF over the fallback
             alt_token = int(inverse_cdf.tokens(fallback[None], res["U"][ri : ri + 1])[0])
             alt_gaps = inverse_cdf.gaps(fallback, res["U"][ri], alt_token)[0]
@@ -217,8 +218,11 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
             logq = q_row
         else:  # the other branch: a residual that float32 rounding kept
             log_scale = None if res.get("log_scale") is None else float(res["log_scale"][k])
-            alt_gaps = _distance_to_positive_mass(logp, q_row, draft, log_scale)
-            if dev is not None and mass == 0:  # decided in float32: no rounding keeps a float64-empty residual
+            alt_gaps = _distance_to_positive_mass(logp, q_exact, draft, log_scale)
+            # Decided in float32: no rounding keeps a residual that is empty in exact arithmetic. A float64
+            # mass of 0 is not that where the positive mass lies below float64's range (log p < -745): a
+            # sampler that keeps the residual in log space samples it, within the margin (SPEC 8).
+            if dev is not None and mass == 0 and not _positive_mass(logp, q_exact, draft, log_scale).any():
                 alt_gaps = np.full_like(alt_gaps, np.inf)
             alt_scales = np.maximum(1.0, token_scale(logp, q_row))
         out.append(Decision(req, tr, slab.lo + j, "residual", draft, used, mass, alt_gaps, 1.0, alt_scales,
@@ -238,6 +242,16 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
     scales = candidate_scales(token_scale(logp, logq, g), token)
     out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, float(margin[0]), gaps[0], float(scales[token]),
                         scales))
+    return out
+
+
+def _positive_mass(logp, logq, draft, log_scale=None) -> np.ndarray:
+    """bool `[V']`: where the residual has positive mass in exact arithmetic, decided in log space (no
+    underflow): `log P + log p(x) > log q(x)` (one-hot drafts: `p(x) > 0` but at the rejected `draft`)."""
+    shift = logp if not log_scale else logp + log_scale
+    out = shift > -np.inf if logq is None else shift > logq
+    if logq is None:
+        out[draft] = False
     return out
 
 

@@ -16,6 +16,7 @@ from rs_verify.contract.block import block_quantities
 from rs_verify.harness.failure import PropertyFailure
 from rs_verify.harness.handle import with_deviations
 from rs_verify.harness.record import DeclarationError, SamplerRecord, record_of
+from rs_verify.properties.decisions import compare_decisions
 from rs_verify.properties.output_rules import check_output_invariants, undeclared_hint
 from rs_verify.reference import ReferenceSampler
 
@@ -214,3 +215,27 @@ def test_a_certification_failure_names_the_undeclared_deviation_it_resembles(gat
     result, text = _run(gate, "sglang_undeclared")
     assert "FAILED rs-verify::certified_equivalence" in text
     assert "looks like `inverse_cdf_last_token`" in text
+
+
+def test_a_residual_whose_mass_underflows_float64_is_not_certified_empty():
+    """The positive mass of max(p - q, 0) lies at token 1 alone, with p = e**-1000 > q = e**-1002: below
+    float64's range, so the float64 mass is 0, yet the residual is not empty (a sampler that keeps it in
+    log space, as vLLM MRV2 does, samples token 1). With `empty_residual_token0` declared the reference
+    emits token 0 (empty in float32); that decision is certified with the residual's mass, 0 <= eps
+    (SPEC 8): token 1 is excused as the other branch, token 2 (q > p there) is not."""
+    z = np.array([[0.0, -1000.0, -2000.0], [0.0, 0.0, 0.0]], np.float32)
+    zq = np.array([[[0.0, -1002.0, -1000.0]]], np.float32)
+    batch = SpecBatch(target_logits=z, draft_logits=zq, draft_token_ids=np.array([0, 2], np.int64),
+                      cu_num_logits=np.array([0, 2], np.int32), pos=np.array([5, 6], np.int64),
+                      idx_mapping=np.array([0], np.int32), temperature=np.ones(1, np.float32),
+                      seeds=np.array([7], np.int64), num_speculative_steps=1)
+    ref = ReferenceSampler().with_streams("triton-philox", deviations=["empty_residual_token0"])
+    out, traces = ref.verify_with_trace(batch)
+    assert out.request(0) == [0]
+    (res,) = [d for d in traces[0].decisions if d.kind == "residual"]
+    assert (res.accepted, res.margin, res.deviation) == (False, 0.0, "empty_residual_token0")
+    assert res.gaps[1] == 0 and res.gaps[2] == pytest.approx(1000.0)
+    for token, excused in ((1, True), (2, False)):
+        prod = SamplerOutput(sampled=np.array([[token, -1]]), num_sampled=np.array([1], np.int32))
+        (div,) = compare_decisions(batch, prod, traces).divergences
+        assert div.excused == excused and div.kind == ("residual" if excused else "argmax")
