@@ -12,7 +12,9 @@
    `x` with `r(x) > 0` and `S_x > U S` (`reference.inverse_cdf`).
 
 Declared deviations (SPEC 11, `BatchArrays.deviations`) replace a rule at their edge: at
-`"empty_residual"` whether a residual is empty is decided in float32 (`residual_empty32`) and an
+`"empty_residual"` whether a residual is empty is decided in float32, in the record's view
+(`Deviation.residual_empty32`: float32 probabilities, or float32 log space, where a residual whose
+mass lies below float64's range is then sampled from `log P p + log1p(-exp(log q - log P p))`), and an
 empty one samples the rule's weights instead of `p`; at `"inverse_cdf_top"` a resample whose float32
 prefix sums never exceed `U S` (`inverse_cdf_unfound32`) takes the rule's token.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rs_verify.contract.deviations import inverse_cdf_unfound32, residual_empty32
+from rs_verify.contract.deviations import inverse_cdf_unfound32
 from rs_verify.contract.explicit import resample_uniforms
 from rs_verify.contract.scratch import Scratch
 from rs_verify.contract.streams import PLAIN
@@ -204,6 +206,14 @@ def accept(slab: Slab, rows, valid, d) -> dict:
     return out
 
 
+def _log_residual(logp, logq, log_scale=None) -> np.ndarray:
+    """`log max(P p - q, 0)` `[n, V']` in log space (`log P p + log1p(-exp(log q - log P p))`, `-inf`
+    where `P p <= q`), for residuals whose mass lies below float64's range."""
+    lps = logp if log_scale is None else logp + np.asarray(log_scale)[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(lps > logq, lps + np.log1p(-np.exp(logq - lps)), -np.inf)
+
+
 def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> dict:
     """One Gumbel-max pass over the final rows of stochastic requests: `argmax_x (log r(x) + G_x)`.
 
@@ -239,20 +249,26 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
             r /= s[rej, None]  # p
             if log_scale is not None:
                 r *= np.exp(log_scale[rej])[:, None]  # P p (exact for P = 1)
-            empty32 = None if dev is None else residual_empty32(r, eq)
+            ls = None if log_scale is None else log_scale[rej]
+            log_view = dev is not None and dev.empty_view == "log"
+            logq = log_softmax64(zq) if slab.trace or log_view else None  # log q without underflow
+            empty32 = None if dev is None else dev.residual_empty32(r, eq, base[rej], logq, None, ls)
             r -= eq
             np.maximum(r, 0.0, out=r)
             used = r.any(axis=1) if dev is None else ~empty32  # no positive mass: falls back to p
             keep = np.flatnonzero(used)
             if slab.trace:
-                out.update(mass=r.sum(axis=1), logq=np.log(eq), logq_exact=log_softmax64(zq), used=used,
-                           log_scale=None if log_scale is None else log_scale[rej])
+                out.update(mass=r.sum(axis=1), logq=np.log(eq), logq_exact=logq, used=used, log_scale=ls)
             np.log(r, out=r)
+            if log_view:  # a residual whose mass lies below float64's range, kept in log space
+                deep = keep[~(r[keep] > -np.inf).any(axis=1)]
+                r[deep] = _log_residual(base[rej[deep]], logq[deep], None if ls is None else ls[deep])
             base[rej[keep]] = r[keep]
         else:
             logr = base[rej]
             logr[np.arange(rej.size), d] = -np.inf
-            used = (logr > -np.inf).any(axis=1) if dev is None else ~residual_empty32(np.exp(base[rej]), None, d)
+            used = ((logr > -np.inf).any(axis=1) if dev is None
+                    else ~dev.residual_empty32(np.exp(base[rej]), None, base[rej], None, d))
             keep = np.flatnonzero(used)
             if slab.trace:
                 out.update(mass=np.exp(logr).sum(axis=1), logq=None, used=used)

@@ -12,6 +12,7 @@ import pytest
 
 from rs_verify import SamplerOutput, SpecBatch
 from rs_verify.contract import deviations as dv
+from rs_verify.contract import known_deviations as known
 from rs_verify.contract.block import block_quantities
 from rs_verify.harness.failure import PropertyFailure
 from rs_verify.harness.handle import with_deviations
@@ -239,3 +240,62 @@ def test_a_residual_whose_mass_underflows_float64_is_not_certified_empty():
         prod = SamplerOutput(sampled=np.array([[token, -1]]), num_sampled=np.array([1], np.int32))
         (div,) = compare_decisions(batch, prod, traces).divergences
         assert div.excused == excused and div.kind == ("residual" if excused else "argmax")
+
+
+def test_the_view_of_an_empty_residual_is_the_samplers():
+    """SPEC 11: emptiness is decided in float32 "as the sampler sees it". Draft 2 is rejected and the
+    residual's only positive mass lies at token 1 below float32's (and float64's) range:
+    `p = e**-1000 > q = e**-1002`. In the probability view (vLLM V1, LMDeploy) that residual is empty
+    and `empty_residual_token0` emits token 0; in the log view (vLLM MRV2: `EMPTY_RESIDUAL_TOKEN0_LOG`)
+    it is not, and the reference samples it: token 1, certified and within the output rules."""
+    z = np.array([[0.0, -1000.0, -2000.0], [0.0, 0.0, 0.0]], np.float32)
+    zq = np.array([[[0.0, -1002.0, -1000.0]]], np.float32)
+    batch = SpecBatch(target_logits=z, draft_logits=zq, draft_token_ids=np.array([0, 2], np.int64),
+                      cu_num_logits=np.array([0, 2], np.int32), pos=np.array([5, 6], np.int64),
+                      idx_mapping=np.array([0], np.int32), temperature=np.ones(1, np.float32),
+                      seeds=np.array([7], np.int64), num_speculative_steps=1)
+    log_view = known.EMPTY_RESIDUAL_TOKEN0_LOG
+    assert (log_view.name, log_view.empty_view, known.EMPTY_RESIDUAL_TOKEN0.empty_view) == (
+        "empty_residual_token0", "log", "probabilities")
+    for record, token, used in ((known.EMPTY_RESIDUAL_TOKEN0, 0, False), (log_view, 1, True)):
+        ref = ReferenceSampler().with_streams("triton-philox", deviations=[record])
+        out, traces = ref.verify_with_trace(batch)
+        (res,) = [d for d in traces[0].decisions if d.kind == "residual"]
+        assert (out.request(0), res.accepted) == ([token], used), record.empty_view
+        assert res.deviation == ("" if used else "empty_residual_token0")
+        prod = SamplerOutput(sampled=np.array([[token, -1]]), num_sampled=np.array([1], np.int32))
+        assert not compare_decisions(batch, prod, traces).divergences
+        check_output_invariants(batch, prod, [record])
+
+
+def test_the_log_view_is_the_kernels_float32_ratio():
+    """`residual_empty_log32` against `residual_empty32` on rows whose residual mass lies below float32's
+    range (`p = e**-1000`): empty in probabilities, not in log space (model drafts, with and without a
+    block scale `log P`, and one-hot drafts); a residual that float32 cannot tell from `q` (`log q - log p`
+    below float32's spacing near 1: `exp` rounds to 1) and one with `p = q = 0` (NaN) are empty in both."""
+    logp = np.array([[0.0, -1000.0, -np.inf], [-1e-9, -np.inf, -5.0], [-np.inf, 0.0, -np.inf]])
+    logq = np.array([[0.0, -1002.0, -1000.0], [0.0, -np.inf, -5.0], [-np.inf, 0.0, -np.inf]])
+    p, q = np.exp(logp), np.exp(logq)
+    assert dv.residual_empty32(p, q).tolist() == [True, True, True]
+    assert dv.residual_empty_log32(logp, logq).tolist() == [False, True, True]
+    # Block: P = e**-1 shifts log p below log q at token 1 of row 0; row 1's P = e**1 (none) stays empty.
+    assert dv.residual_empty_log32(logp, logq, log_scale=np.array([-3.0, 0.0, 0.0])).tolist() == [True, True, True]
+    draft = np.array([0, 0, 1])  # one-hot: p without the rejected draft
+    assert dv.residual_empty32(p, None, draft).tolist() == [True, False, True]
+    assert dv.residual_empty_log32(logp, None, draft).tolist() == [False, False, True]
+
+
+def test_a_variant_in_another_view_keeps_its_name_and_travels_by_path():
+    """The log-view record is `empty_residual_token0` (SPEC 11's name), unregistered: it crosses a process
+    boundary by its module:attribute path; named beside the shipped record it wins (the sampler's own view)."""
+    log_view, shipped = known.EMPTY_RESIDUAL_TOKEN0_LOG, known.EMPTY_RESIDUAL_TOKEN0
+    assert not dv.registered(log_view) and dv.deviation("empty_residual_token0") is shipped
+    path = dv.deviation_path(log_view)
+    assert path == "rs_verify.contract.known_deviations:EMPTY_RESIDUAL_TOKEN0_LOG" and dv.deviation(path) is log_view
+    for declared in ([log_view, "empty_residual_token0"], ["empty_residual_token0", path]):
+        assert dv.applied(declared).records == (log_view,)
+    with pytest.raises(ValueError, match="empty_view"):
+        shipped.viewed("logits")
+    with pytest.raises(ValueError, match="two records named"):
+        dv.applied([log_view, dv.Deviation(name="empty_residual_token0", section="4", replaces="c",
+                                           rules={"empty_residual": _last_positive}, empty_view="log")])

@@ -24,8 +24,10 @@ from rs_verify.adapters.vllm import VllmFp64Sampler, VllmSampler
 from rs_verify.adapters.vllm_chunks import VllmChunkedSampler
 from rs_verify.adapters.vllm_probe import block_predictions, block_probe_batch
 from rs_verify.contract.batch import SpecBatch
+from rs_verify.contract.known_deviations import EMPTY_RESIDUAL_TOKEN0_LOG
 from rs_verify.contract.streams import FAMILIES
 from rs_verify.engine.runner import make_context, run
+from rs_verify.harness.record import record_of
 from rs_verify.harness import device as backend
 from rs_verify.properties import PROPERTIES
 from rs_verify.reference import ReferenceSampler
@@ -94,8 +96,10 @@ RELEASES = {"0.33.0": release_0_33, "0.34.0": release_0_34}
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_each_release_is_bound_and_gated(release, reference):
-    assert VllmSampler(rejection_sample=RELEASES[release], device="cpu").deviations == {
-        "empty_residual_token0", "block_nan_prefix_resets"}  # what the releases carry, as measured
+    declared = record_of(VllmSampler(rejection_sample=RELEASES[release], device="cpu")).applied
+    assert declared.names == ("block_nan_prefix_resets", "empty_residual_token0")  # what the releases carry
+    # SPEC 11 "as the sampler sees it": MRV2's resample kernel keeps the residual in float32 log space.
+    assert declared.at("empty_residual") is EMPTY_RESIDUAL_TOKEN0_LOG
     # The fakes follow SPEC 4 and 4b exactly: a declared deviation they do not have would fail (SPEC 11).
     sampler = VllmSampler(rejection_sample=RELEASES[release], device="cpu", deviations=())
     assert (sampler.streams, sampler.draft_logits, sampler.block_seed) == ("murmur3", "raw", "plain")
@@ -172,6 +176,7 @@ def test_use_fp64_is_gated_as_its_stream_family():
         pytest.skip("the murmur3-fp64 stream family (rs_verify/contract/murmur3_fp64.py) is not in this tree")
     sampler = VllmFp64Sampler(rejection_sample=release_0_33, device="cpu")
     assert sampler.streams == "murmur3-fp64" and sampler.use_fp64 is True
+    assert record_of(sampler).applied.at("empty_residual").empty_view == "log"  # SPEC 11: as its kernel sees it
     assert sampler.arguments(block_probe_batch())["use_fp64"] is True
     assert VllmSampler(rejection_sample=release_0_33, device="cpu").arguments(block_probe_batch())["use_fp64"] is False
 

@@ -50,7 +50,8 @@ both in `RejectionSampler`, outside `rejection_sample`: `rs_verify.adapters.vllm
 that loop), `streams` = `"triton-philox"` (SPEC 3a, before vLLM PR 51367), `"murmur3"` (3b, from
 it on) or `"murmur3-fp64"` (`use_fp64=True`), `block_seed` = `"plain"` or `"step"` (vLLM 0.33.0
 on), every draft mode and logits dtype, no sampling parameters, the deviations of SPEC 11 vLLM
-MRV2 carries (`DEVIATIONS`). On a machine without CUDA the kernels run under Triton's interpreter
+MRV2 carries (`DEVIATIONS`: `empty_residual_token0` with empty residuals decided in float32 log
+space, as its resample kernel keeps them). On a machine without CUDA the kernels run under Triton's interpreter
 (`interpreted = True`).
 
 Which stream family, draft-logit convention and block seed the wrapped function has is not in
@@ -69,6 +70,7 @@ from ..harness import device as backend
 from ..contract import methods
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
+from ..contract.known_deviations import EMPTY_RESIDUAL_TOKEN0_LOG
 from ..contract.streams import StreamFamily, family as family_of, registered
 from ..contract.validation import check_layout, validate as validate_batch
 from . import vllm_convention, vllm_probe
@@ -76,9 +78,11 @@ from .vllm_probe import BLOCK_SEEDS, DRAFT_LOGITS, RAW
 import torch
 
 FP64 = "murmur3-fp64"  # the stream family of use_fp64=True (SPEC 3b)
-# SPEC 11, measured on vLLM 0.33.0 and 0.34.0 (docs/vllm.md): token 0 from an empty residual;
-# with block verification, a NaN prefix ratio reset to 1 by min(NaN, 0) = 0.
-DEVIATIONS = frozenset({"empty_residual_token0"})
+# SPEC 11, measured on vLLM 0.33.0 and 0.34.0 (docs/vllm.md): token 0 from an empty residual, empty as
+# `_resample_kernel` sees it: in float32 log space (`ratio = exp(log q - log P p) < 1` nowhere), so a
+# residual whose probabilities lie below float32's range is sampled, not emptied (every MRV2 release,
+# 0.29.0 to 0.34.0); with block verification, a NaN prefix ratio reset to 1 by min(NaN, 0) = 0.
+DEVIATIONS = frozenset({EMPTY_RESIDUAL_TOKEN0_LOG})
 BLOCK_DEVIATIONS = frozenset({"block_nan_prefix_resets"})
 # SPEC 10's logit_bound, from the float32 arithmetic of vLLM's kernels (rejection_sampler_utils.py,
 # sample/gumbel.py) against SPEC 8's tolerance, eps = 2e-4 times L = max(1, |log p|, |log q|, |G|) >= 1:

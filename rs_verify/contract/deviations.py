@@ -14,8 +14,11 @@ built) holds:
   - `"empty_residual"`: the residual of a rejection (SPEC 4 or 4b) has no positive mass.
     `rule(logp)`: float64 `[n, V']` log-probabilities of the rows -> float64 `[n, V']`, the log
     weights (unnormalised, `-inf` for none) sampled instead of SPEC's fallback `p`. Whether the
-    residual is empty is decided in float32, as the sampler sees it (`residual_empty32`), and
-    certified with the margin of the residual's float64 mass (SPEC 8).
+    residual is empty is decided in float32, as the sampler sees it, and certified with the margin
+    of the residual's float64 mass (SPEC 8). How the sampler sees it is the record's `empty_view`
+    (`EMPTY_VIEWS`): `"probabilities"` (the default: a residual of float32 probabilities,
+    `residual_empty32`) or `"log"` (a residual kept in float32 log space, `residual_empty_log32`,
+    where probabilities below float32's range still count).
   - `"inverse_cdf_top"`: an inverse-CDF resample (SPEC 4) where no prefix sum of the float32
     residual exceeds `U * S` (float32 rounding with `U` near 1; `inverse_cdf_unfound32`).
     `rule(logr, u)`: float64 `[n, V']` log residual and `U` `[n]` -> int64 `[n]` tokens. Certified
@@ -23,25 +26,31 @@ built) holds:
   - `"block_prefix"`: a block step (SPEC 4b) where `log P_{i-1} + log p_{j_i}(d_i) - log q_i(d_i)`
     is NaN (`-inf` minus `-inf`). `rule(prev, log_pd, log_qd)`: float64 `[n]` each -> float64 `[n]`,
     `log P_i` there (SPEC: `-inf`). Exact: the NaN comes from `-inf` logits, never a near-tie.
-- `doc`: one line for the report.
+- `doc`: one line for the report;
+- `empty_view`: the float32 view in which the sampler decides that a residual is empty (above).
+  `record.viewed(view)` is the same deviation, same name, seen in another view: a sampler declares
+  it as that record (or its `module:attribute` path); the shipped records take the default view.
 
 `deviation(which)` looks a record up (a registered name, a `module:attribute` path of a record, or
 the record itself; a clear `KeyError` otherwise); `register(record)` adds one; the shipped ones are
 `rs_verify.contract.known_deviations`, imported by the package's `__init__`. `Applied` is the set a
-sampler declares, as the reference and the output rules read it: at most one rule per edge.
+sampler declares, as the reference and the output rules read it: at most one rule per edge, and
+one record per name (a shipped record named beside a variant of it in another view yields to the
+variant: the sampler's own declaration).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .records import Registry, module_path
 
-__all__ = ["Applied", "DEVIATIONS", "EDGES", "Deviation", "Edge", "applied", "deviation", "deviation_path",
-           "inverse_cdf_unfound32", "register", "registered", "residual_empty32", "shipped"]
+__all__ = ["Applied", "DEVIATIONS", "EDGES", "EMPTY_VIEWS", "Deviation", "Edge", "applied", "deviation",
+           "deviation_path", "inverse_cdf_unfound32", "register", "registered", "residual_empty32",
+           "residual_empty_log32", "shipped"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,12 @@ EDGES = {e.name: e for e in (
          "the coin's distance to the rule's nearer bound, as SPEC 4c's"),
 )}
 
+# The float32 views in which a sampler decides that a residual is empty (the `"empty_residual"` edge).
+EMPTY_VIEWS = {
+    "probabilities": "float32(P p) > float32(q) nowhere (a residual of float32 probabilities: vLLM V1, LMDeploy)",
+    "log": "float32 exp(log q - (log P + log p)) < 1 nowhere (a residual kept in float32 log space: vLLM MRV2)",
+}
+
 
 @dataclass(frozen=True)
 class Deviation:
@@ -83,6 +98,7 @@ class Deviation:
     replaces: str
     rules: tuple
     doc: str = field(default="", compare=False)
+    empty_view: str = "probabilities"
 
     def __post_init__(self):
         who = f"deviation {self.name!r}"
@@ -101,6 +117,9 @@ class Deviation:
             if not callable(fn):
                 raise ValueError(f"{who}: the rule at {edge!r} must be a function: {EDGES[edge].signature}")
         object.__setattr__(self, "rules", tuple((e, rules[e]) for e in EDGES if e in rules))
+        if self.empty_view not in EMPTY_VIEWS or (self.empty_view != "probabilities" and "empty_residual" not in rules):
+            raise ValueError(f"{who}: empty_view must be one of {list(EMPTY_VIEWS)}, and a view other than the "
+                             f"default needs a rule at 'empty_residual', not {self.empty_view!r}")
         self.check()
 
     def rule(self, edge: str) -> Callable | None:
@@ -111,7 +130,20 @@ class Deviation:
         return tuple(e for e, _ in self.rules)
 
     def describe(self) -> str:
-        return f"{self.name} (SPEC section 11; replaces section {self.section}: {self.replaces})"
+        view = "" if self.empty_view == "probabilities" else f"; empty residuals in float32 {self.empty_view} space"
+        return f"{self.name} (SPEC section 11; replaces section {self.section}: {self.replaces}{view})"
+
+    def viewed(self, view: str) -> "Deviation":
+        """This deviation, same name and rules, with emptiness decided in the float32 `view` (EMPTY_VIEWS)."""
+        return replace(self, empty_view=view)
+
+    def residual_empty32(self, scaled_p, q, logp, logq, draft=None, log_scale=None) -> np.ndarray:
+        """bool `[n]`: whether each residual is empty in this record's float32 view (`residual_empty32`
+        on the probabilities `scaled_p = P p` and `q`, or `residual_empty_log32` on `log p`, `log q`
+        and `log P`; `q`, `logq` None: one-hot drafts, `draft` `[n]` rejected)."""
+        if self.empty_view == "log":
+            return residual_empty_log32(logp, logq, draft, log_scale)
+        return residual_empty32(scaled_p, q, draft)
 
     def check(self) -> None:
         """Each rule answers in its edge's shapes and dtypes on a small input; `ValueError` otherwise."""
@@ -176,8 +208,16 @@ class Applied:
     record ruling each edge (`at(edge)`), at most one per edge."""
 
     def __init__(self, declared: Iterable = ()):
-        self.records = tuple(sorted({deviation(d).name: deviation(d) for d in declared}.values(),
-                                    key=lambda d: d.name))
+        by_name: dict[str, Deviation] = {}
+        for rec in map(deviation, declared):
+            have = by_name.setdefault(rec.name, rec)
+            if have == rec or registered(rec):  # a shipped record yields to a variant of it (another view)
+                continue
+            if not registered(have):
+                raise ValueError(f"two records named {rec.name!r} are declared ({have.empty_view!r} and "
+                                 f"{rec.empty_view!r} views): declare one of them")
+            by_name[rec.name] = rec
+        self.records = tuple(sorted(by_name.values(), key=lambda d: d.name))
         self._by_edge: dict[str, Deviation] = {}
         for rec in self.records:
             for edge in rec.edges:
@@ -230,6 +270,27 @@ def residual_empty32(scaled_p: np.ndarray, q: np.ndarray | None, draft: np.ndarr
         pos[np.arange(pos.shape[0]), np.asarray(draft, np.int64)] = False
         return ~pos.any(axis=1)
     return ~(p32 > np.asarray(q, np.float64).astype(np.float32)).any(axis=1)
+
+
+def residual_empty_log32(logp: np.ndarray, logq: np.ndarray | None, draft: np.ndarray | None = None,
+                         log_scale: np.ndarray | None = None) -> np.ndarray:
+    """bool `[n]`: whether the residual has no positive mass in float32 log space, as a sampler that
+    keeps it there sees it (SPEC 11; vLLM MRV2's resample kernel: `log r = log P p + log1p(-ratio)`
+    where `ratio = exp(log q - log P p) < 1`, `-inf` elsewhere). Model drafts: the float32 `ratio`
+    is `< 1` nowhere, with `log P p = float32(log p) + float32(log P)` in float32 (`log_scale` `[n]`
+    is `log P`, None for `P = 1`) and NaN (`-inf` both) not `< 1`; so probabilities below float32's
+    range still count. One-hot drafts (`logq` None): `log p > -inf` nowhere but at the rejected
+    `draft` `[n]` (`P` cancels). `logp`, `logq`: float64 `[n, V']` without underflow."""
+    lp = np.asarray(logp, np.float64).astype(np.float32)
+    if logq is None:
+        pos = lp > -np.inf
+        pos[np.arange(pos.shape[0]), np.asarray(draft, np.int64)] = False
+        return ~pos.any(axis=1)
+    if log_scale is not None:
+        lp = lp + np.asarray(log_scale, np.float64).astype(np.float32).reshape(-1, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ratio = np.exp(np.asarray(logq, np.float64).astype(np.float32) - lp)
+    return ~(ratio < 1).any(axis=1)
 
 
 def inverse_cdf_unfound32(logr: np.ndarray, u: np.ndarray) -> np.ndarray:

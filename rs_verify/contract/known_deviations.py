@@ -1,4 +1,5 @@
-"""The deviations the suite ships (SPEC section 11), one `register(Deviation(...))` call each.
+"""The deviations the suite ships (SPEC section 11), one `register(Deviation(...))` call each, and
+`EMPTY_RESIDUAL_TOKEN0_LOG`: `empty_residual_token0` with empty residuals decided in float32 log space.
 
 They live in one module: each is a rule of two or three NumPy lines at one or two edges
 (`rs_verify.contract.deviations.EDGES`), and a module per rule would hold more docstring than code.
@@ -10,8 +11,8 @@ import numpy as np
 
 from .deviations import Deviation, register
 
-__all__ = ["BLOCK_NAN_PREFIX_RESETS", "EMPTY_RESIDUAL_TOKEN0", "INVERSE_CDF_LAST_TOKEN", "TREE_BONUS_UNPROCESSED",
-           "TREE_DUPLICATE_SIBLINGS"]
+__all__ = ["BLOCK_NAN_PREFIX_RESETS", "EMPTY_RESIDUAL_TOKEN0", "EMPTY_RESIDUAL_TOKEN0_LOG", "INVERSE_CDF_LAST_TOKEN",
+           "TREE_BONUS_UNPROCESSED", "TREE_DUPLICATE_SIBLINGS"]
 
 
 def _point_mass(logp: np.ndarray, token: int) -> np.ndarray:
@@ -46,6 +47,11 @@ EMPTY_RESIDUAL_TOKEN0 = register(Deviation(
     replaces="a residual with no positive mass falls back to p (sections 4 and 4b)",
     rules={"empty_residual": token0},
     doc="vLLM MRV2 and V1: an empty residual emits token 0 instead of sampling p"))
+
+# The same deviation as vLLM MRV2 sees an empty residual: its resample kernel keeps the residual in
+# float32 log space, so probabilities below float32's range still count (SPEC 11: "as the sampler
+# sees it"). Not registered: the name stays `empty_residual_token0`; it travels by this path.
+EMPTY_RESIDUAL_TOKEN0_LOG = EMPTY_RESIDUAL_TOKEN0.viewed("log")
 
 INVERSE_CDF_LAST_TOKEN = register(Deviation(
     name="inverse_cdf_last_token", section="4",

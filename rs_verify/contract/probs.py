@@ -62,19 +62,33 @@ def draft_probs(batch: SpecBatch) -> np.ndarray | None:
     """q of every row over [0, V') in float64 [N, V'] (row j verifies step j - cu[r]); bonus rows are NaN."""
     if batch.draft_logits is None:
         return None
-    v = batch.effective_vocab_size
     if batch.num_speculative_steps == 0:
-        return np.full((batch.num_logits, v), np.nan)
+        return np.full((batch.num_logits, batch.effective_vocab_size), np.nan)
+    zq, bonus = _draft_rows(batch)
+    q = softmax64(zq) if zq.shape[0] else zq.astype(np.float64)
+    q[bonus] = np.nan
+    return q
+
+
+def processed_draft_logits(batch: SpecBatch) -> np.ndarray | None:
+    """The processed draft logits `fp32(x) / T` of every row over [0, V') (float32 [N, V'], row j
+    verifies step j - cu[r]; bonus rows: the last step's, unused); None for one-hot drafts."""
+    if batch.draft_logits is None:
+        return None
+    if batch.num_speculative_steps == 0:
+        return np.full((batch.num_logits, batch.effective_vocab_size), np.nan, np.float32)
+    return _draft_rows(batch)[0]
+
+
+def _draft_rows(batch: SpecBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The processed draft logits of every row (float32 [N, V']) and which rows are bonus rows."""
     cu = np.asarray(batch.cu_num_logits, dtype=np.int64)
     states = row_states(batch)
     steps = np.arange(batch.num_logits) - np.repeat(cu[:-1], np.diff(cu))
     bonus = steps == np.repeat(np.diff(cu) - 1, np.diff(cu))
     k = batch.num_speculative_steps
-    rows = np.asarray(batch.draft_logits)[states, np.minimum(steps, k - 1)][:, :v]
-    temp = np.asarray(batch.temperature)[states]
-    q = softmax64(process(rows, temp)) if rows.shape[0] else rows.astype(np.float64)
-    q[bonus] = np.nan
-    return q
+    rows = np.asarray(batch.draft_logits)[states, np.minimum(steps, k - 1)][:, : batch.effective_vocab_size]
+    return process(rows, np.asarray(batch.temperature)[states]), bonus
 
 
 def greedy_argmax(batch: SpecBatch) -> np.ndarray:

@@ -128,7 +128,7 @@ def undeclared_deviation(ctx, batch, out) -> str:
     declare (SPEC 11) certifies `out` on `batch`, else `""`."""
     rec = ctx.record
     for cand in shipped_deviations():
-        if cand.name in rec.deviations:
+        if cand.name in rec.applied.names:  # declared, maybe in another view (SPEC 11)
             continue
         try:
             oracle = certifying_reference(ctx.reference, rec.replace(deviations=rec.deviations | {cand.name}))

@@ -5,7 +5,7 @@ the output rules (`output_rules.check_output_invariants`) then hold the token it
 declared rule instead of the SPEC's:
 
 - `"empty_residual"`: after a rejection whose residual is empty in float32, as the sampler sees it
-  (`residual_empty32`), or whose float64 mass is within the `eps` certification excuses, the token may lie in the support of the rule's weights (token 0 for
+  (the record's `empty_view`: `Deviation.residual_empty32`), or whose float64 mass is within the `eps` certification excuses, the token may lie in the support of the rule's weights (token 0 for
   `empty_residual_token0`, even with `p = 0`);
 - `"inverse_cdf_top"`: the final token of an inverse-CDF resample may be the rule's token where no
   float32 prefix sum exceeds `U S` (`inverse_cdf_unfound32`), or `U` lies within SPEC 8's
@@ -18,9 +18,11 @@ declared rule instead of the SPEC's:
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import log_softmax
 
+from ..contract import probs
 from ..contract.block import block_quantities, nan_steps
-from ..contract.deviations import Applied, inverse_cdf_unfound32, residual_empty32
+from ..contract.deviations import Applied, inverse_cdf_unfound32
 from ..contract.explicit import inverse_cdf_tolerance, resample_uniforms
 from .decisions import DEFAULT_EPS
 
@@ -43,6 +45,20 @@ class DeviationView:
         self.nan_dev = dev.at("block_prefix")
         self.nan_rule = None if self.nan_dev is None else self.nan_dev.rule("block_prefix")
         self.cu = np.asarray(batch.cu_num_logits, np.int64)
+        if self.empty is not None and self.empty.empty_view == "log":  # the logits, for log p and log q
+            self.z, self.zq = probs.processed_logits(batch), probs.processed_draft_logits(batch)
+
+    def _empty32(self, j: int, scale: float, d: int) -> bool:
+        """Whether the residual of row `j` (`P = scale`, rejected draft `d`) is empty in float32, in the
+        declared record's view; the log view takes `log p` and `log q` without underflow."""
+        logp = logq = None
+        if self.empty.empty_view == "log":
+            logp = log_softmax(self.z[j][None].astype(np.float64), axis=1)
+            logq = None if self.q is None else log_softmax(self.zq[j][None].astype(np.float64), axis=1)
+        log_scale = None if scale == 1.0 else _log(np.array([scale]))
+        q_row = None if self.q is None else self.q[j][None]
+        return bool(self.empty.residual_empty32((scale * self.p[j])[None], q_row, logp, logq, np.array([d]),
+                                                log_scale)[0])
 
     def _block(self, r: int):
         """Block request `r`'s quantities with the declared NaN rule, and the steps it decided."""
@@ -87,8 +103,7 @@ class DeviationView:
             q_row = None if self.q is None else self.q[j][None]
             # empty as the rule's edge decides it (float32), or within the margin certification excuses
             near_empty = law.sum() <= DEFAULT_EPS
-            if self.empty is not None and (near_empty or residual_empty32((scale * self.p[j])[None], q_row,
-                                                                          np.array([d]))[0]):
+            if self.empty is not None and (near_empty or self._empty32(j, scale, d)):
                 law = np.exp(self.empty.rule("empty_residual")(_log(self.p[j])[None])[0])
                 ruled_by = self.empty.name
             elif not (law > 0).any():
