@@ -5,7 +5,8 @@ the output rules (`output_rules.check_output_invariants`) then hold the token it
 declared rule instead of the SPEC's:
 
 - `"empty_residual"`: after a rejection whose residual is empty in float32, as the sampler sees it
-  (the record's `empty_view`: `Deviation.residual_empty32`), or whose float64 mass is within the `eps` certification excuses, the token may lie in the support of the rule's weights (token 0 for
+  (the record's `empty_view`: `Deviation.residual_empty32`), or whose float64 mass is within the
+  `eps` certification excuses, the token may lie in the support of the rule's weights (token 0 for
   `empty_residual_token0`, even with `p = 0`);
 - `"inverse_cdf_top"`: the final token of an inverse-CDF resample may be the rule's token where no
   float32 prefix sum exceeds `U S` (`inverse_cdf_unfound32`), or `U` lies within SPEC 8's
@@ -100,7 +101,6 @@ class DeviationView:
                 law[d] = 0.0
             else:
                 law = np.maximum(scale * self.p[j] - self.q[j], 0.0)
-            q_row = None if self.q is None else self.q[j][None]
             # empty as the rule's edge decides it (float32), or within the margin certification excuses
             near_empty = law.sum() <= DEFAULT_EPS
             if self.empty is not None and (near_empty or self._empty32(j, scale, d)):
