@@ -322,7 +322,7 @@ def rejection_sample(
                 kernels.row_stats_kernel[tiles](
                     target, draft, req_of_row, cu, idx, temp,
                     t_max, t_logsum, t_arg, d_max, d_logsum,
-                    lo, hi, n, r, s, k, v, vd, v_eff,
+                    lo, hi, n, r, s, k, v, vd if has_draft else v, v_eff,
                     HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
                 if tree and node_draft_logits is not None:  # Q's statistics per node row (SPEC 4c)

@@ -50,7 +50,7 @@ from triton.language.standard import _elementwise_max as _MAX, _sum_combine as _
 
 from .inverse_cdf import _resample_inverse_cdf
 from .residual import LOG_P_MIN, _resample_masked
-from .streams import explicit_uniform
+from .streams import EXPLICIT_SMALL_U, explicit_uniform
 from .tiles import _tile_rows
 
 NEG_INF = tl.constexpr(float("-inf"))
@@ -194,10 +194,17 @@ def tree_kernel(
             lp_n = (z - m_n) - ls_n
             b = tl.load(buf_row + xs, mask=cand & (fresh == 0), other=NEG_INF)
             lp = tl.where(fresh, lp_n, tl.where(lz > NEG_INF, b - lz, NEG_INF))
-            s_cur = s_prev + tl.where(fresh | (b > NEG_INF), tl.exp(lp_n), 0.0)  # per node: S_k
-            ok = (s_prev <= coin) & (coin < s_cur)
-            if PER_NODE == 0:
-                u, log_scale = explicit_uniform(tl.load(accept_ptr + j, mask=cand, other=0.5))
+            ok = cand & False
+            s_cur = s_prev
+            if PER_NODE:  # S_k: p_n of the token unless a sibling tried before held it
+                s_cur = s_prev + tl.where(fresh | (b > NEG_INF), tl.exp(lp_n), 0.0)
+                ok = (s_prev <= coin) & (coin < s_cur)
+            else:
+                u64 = tl.load(accept_ptr + j, mask=cand, other=0.5)
+                u = u64.to(tl.float32)
+                log_scale = tl.full([BLOCK_R], 0.0, tl.float32)
+                if tl.reduce((u64 < EXPLICIT_SMALL_U).to(tl.int32), 0, _MAX) != 0:  # explicit_uniform's range
+                    u, log_scale = explicit_uniform(u64)
                 lq = tl.full([BLOCK_R], 0.0, tl.float32)
                 if HAS_Q:
                     zq = tl.div_rn(tl.load(node_q_ptr + jn * Vd + xs, mask=cand & has_q, other=0.0).to(tl.float32),
