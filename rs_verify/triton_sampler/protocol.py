@@ -201,7 +201,8 @@ def murmur3_fp64_sampler() -> TritonSampler:
 
 
 def explicit_sampler() -> TritonSampler:
-    """`TritonSampler(streams="explicit")` (SPEC 3c, Gumbel-max): built-in name `triton-explicit`."""
+    """`TritonSampler(streams="explicit")` (SPEC 3c, Gumbel-max; trees with one coin per child, SPEC 4c):
+    built-in name `triton-explicit`."""
     return TritonSampler(streams="explicit")
 
 
@@ -209,3 +210,9 @@ def explicit_inverse_cdf_sampler() -> TritonSampler:
     """`TritonSampler(streams="explicit", resample="inverse_cdf")` (SPEC 3c and 4): built-in name
     `triton-explicit-icdf`."""
     return TritonSampler(streams="explicit", resample="inverse_cdf")
+
+
+def explicit_per_node_sampler() -> TritonSampler:
+    """`TritonSampler(streams="explicit", tree_uniforms="per_node")` (SPEC 3c and 4c: one coin per parent
+    node, one-hot trees): built-in name `triton-explicit-per-node`."""
+    return TritonSampler(streams="explicit", tree_uniforms=PER_NODE)
