@@ -68,6 +68,27 @@ def test_a_rejected_sibling_updates_the_residual(resample):
     assert out.accepted_nodes[0].tolist() == [-1, -1] and out.sampled[0].tolist() == [2, -1, -1]
 
 
+@pytest.mark.parametrize("resample", ["gumbel", "inverse_cdf"])
+def test_without_replacement_renormalises_q(resample):
+    """Model drafts, p = (0.2, 0.5, 0.3), Q = (0.6, 0.2, 0.2) at the root, children tokens 0 then 2. Child 1
+    (u = 0.5: 0.2 < 0.3) is rejected, leaving p~ = (0, 0.75, 0.25). Child 2 at u = 0.7: drawn iid,
+    q~(2) = 0.2 accepts it (0.25 > 0.14); drawn without replacement, q~(2) = 0.2 / (1 - 0.6) = 0.5 rejects it
+    (0.25 < 0.35) and the residual max(p~ - Q~, 0) = (0, 0.25, 0) emits token 1."""
+    p = np.log(np.array([[0.2, 0.5, 0.3], [0.3, 0.3, 0.4], [0.1, 0.1, 0.8]], np.float32))
+    q = np.log(np.array([[0.6, 0.2, 0.2], [0.3, 0.3, 0.4], [0.3, 0.3, 0.4]], np.float32))
+    batch = SpecBatch(
+        target_logits=p, draft_logits=None, draft_token_ids=np.array([0, 0, 2]), cu_num_logits=np.array([0, 3], np.int32),
+        pos=np.arange(3), idx_mapping=np.array([0], np.int32), temperature=np.array([1.0], np.float32),
+        seeds=np.zeros(1, np.int64), num_speculative_steps=1, verification="tree",
+        tree_parent=np.array([-1, 0, 0], np.int32), node_draft_logits=q, tree_drafts="iid",
+        accept_uniforms=np.array([0.5, 0.5, 0.7]), resample_gumbel=np.zeros((1, 3)), resample_uniforms=np.array([0.5]))
+    sampler = _sampler(resample=resample)
+    iid = sampler(batch)
+    assert iid.accepted_nodes.tolist() == [[2]] and iid.sampled.tolist() == [[2, 2]]
+    wr = sampler(batch.replace(tree_drafts="without_replacement"))
+    assert wr.accepted_nodes.tolist() == [[-1]] and wr.sampled.tolist() == [[1, -1]]
+
+
 def test_per_node_coin():
     """One coin per node: child k accepted iff S_{k-1} <= U < S_k (S = 0.5, 0.8): U = 0.6 takes child 2."""
     batch = _star([0.99, 0.99])
