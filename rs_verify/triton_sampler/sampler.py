@@ -44,6 +44,11 @@ Kernel pipeline, per call (`rejection_sample`):
       token instead of `verify_kernel` (residual.py): masked `p`, the block residual, the batch's
       `resample_gumbel[r]`, or the inverse CDF of `resample_uniforms[r]` for an explicit sampler
       that declares `resample="inverse_cdf"` (SPEC 4; inverse_cdf.py).
+   b''. A tree batch (SPEC 4c; the explicit family) instead of a'' to b': with model drafts
+      `row_stats_kernel` once more over the chunk's `node_draft_logits` rows (Q's max and log-sum-exp),
+      then `tree_kernel`, one program per `block_rows` requests (tree.py): the forward scan over each
+      request's nodes, the residual of a level in the FP32 buffer `[requests of the chunk, V']`, the last
+      token by residual.py's Gumbel-max or the inverse CDF; it writes `accepted_nodes` too.
    c. Only with logprobs: the chunk's rows, in blocks of at most
       `max_chunk_logits` rows, go through `log_softmax_kernel` into ONE
       preallocated FP32 buffer (log-softmax over the whole `[0, V)` of the raw
