@@ -5,7 +5,7 @@ here, also on a CPU-only runner. Under the test suite's TRITON_INTERPRET=1 the c
 child process without the interpreter.
 
 The default run compiles one specialization per kernel for sm_80, the one most likely to fail
-the gate (`WORST_CASE`: 7 compiles, one child process per kernel); the long run
+the gate (`WORST_CASE`: 8 compiles, one child process per kernel); the long run
 (`RS_VERIFY_FULL=1`) compiles every specialization of all three dtypes for sm_80 and checks that
 each pick still holds its kernel's most registers, runs `rs-verify compile` for sm_80, sm_90 and
 sm_100 (756, 252 per arch with the three stream families and the explicit family's two resamples;
@@ -68,13 +68,17 @@ WORST_CASE = {
     "resample_kernel": ("float32", "model", "16n", FP64),  # 199 (murmur3 168; explicit Gumbel-max 164, Philox 168,
     # the explicit inverse CDF 96; int32 scalars 135 Philox, 96 murmur3)
     "log_softmax_kernel": ("bfloat16", "model", "other", PHILOX),  # 63, raw and processed (float32 62; V = 160: 48)
+    # tree verification (SPEC 4c) reads the explicit noise only; the draft kind, the coin layout and the
+    # vocabulary sizes are runtime values, so the logits dtype, RESAMPLE and the width are its axes (12
+    # specializations per arch): 162 (float16 162; float32 159; Gumbel-max 156 to 159; int32 scalars 140-142)
+    "tree_kernel": ("bfloat16", "model", "16n", EXPLICIT, "inverse_cdf"),
 }
 
 
 def compile_worst_case(kernel, arch=80):
-    dtype, drafts, vocab, streams = WORST_CASE[kernel]
+    dtype, drafts, vocab, streams, *resample = WORST_CASE[kernel]
     return aot.compile_all([arch], kernels=[kernel], widths=["int64"], dtypes=(dtype,), draft_modes=(drafts,),
-                           vocab_classes=(vocab,), streams=(streams,), resamples=("gumbel",))
+                           vocab_classes=(vocab,), streams=(streams,), resamples=tuple(resample) or ("gumbel",))
 
 
 def failures(results):
@@ -200,6 +204,41 @@ def test_parameters_and_block_verification_add_no_specializations():
         assert sink[True][kernel] == sink[False][kernel], kernel
     assert set(sink[False]) == {"row_stats_kernel", "verify_kernel", "log_softmax_kernel"}
     assert len(sink[True]["mask_stats_kernel"]) == 6 and len(sink[True]["block_tau_kernel"]) == 12
+
+
+def test_tree_verification_adds_only_its_own_kernel():
+    """SPEC 4c's tree batches launch the token-wise statistics kernels with the specializations they had
+    (the node draft rows' statistics as a one-hot target's) and `tree_kernel`, which specializes on the
+    logits dtype and RESAMPLE only: 3 x 2 x 2 widths = 12 per arch, whatever the drafts and vocabularies."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    from rs_verify.triton_sampler import launches as recorded
+
+    module = aot.kernels_for_compile()
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    sink = {False: {}, True: {}}
+    for dtype in ("float32", "bfloat16", "float16"):
+        for drafts, vocab in (("model", (160, 33)), ("model", (33, 33)), ("one_hot", (160, 160)), ("one_hot", (1, 1))):
+            for resample in ("gumbel", "inverse_cdf"):
+                for tree in (False, True):
+                    out = []
+                    if tree:
+                        for features in (False, True):
+                            recorded._record_tree(out, "", dtype, drafts, *vocab, 1024, features, resample)
+                    else:  # the token-wise launches of these shapes, and those of the one-hot draft rows
+                        for v in dict.fromkeys(vocab):
+                            recorded._record(out, "", dtype, "one_hot", v, v, 1024, None, True, "explicit", resample)
+                        recorded._record(out, "", dtype, drafts, *vocab, 1024, None, True, "explicit", resample)
+                    for launch in out:
+                        fn = getattr(module, launch.kernel)
+                        for width in aot.WIDTHS:
+                            sig, cx, attrs, _ = aot.specialization(fn, launch, backend, width)
+                            sink[tree].setdefault(launch.kernel, set()).add((repr(sig), repr(cx), repr(attrs)))
+    for kernel in ("row_stats_kernel", "mask_stats_kernel"):
+        assert sink[True][kernel] <= sink[False][kernel], kernel
+    assert set(sink[True]) == {"row_stats_kernel", "mask_stats_kernel", "tree_kernel"}
+    assert len(sink[True]["tree_kernel"]) == 12
 
 
 def test_error_text_names_the_innermost_reason():

@@ -10,7 +10,7 @@ that runs slowly here (the Triton sampler under the interpreter, the torch examp
 share of its examples (tests/conftest.py), and its slow campaigns run in the long run only
 (RS_VERIFY_FULL=1, where every sampler takes the whole budget). The Triton sampler drawing the
 murmur3 family (SPEC 3b), and the ones reading the explicit family's noise (SPEC 3c: Gumbel-max
-and inverse CDF), run, in the default run, the properties that concern a stream family
+and inverse CDF; trees, SPEC 4c, with one coin per child or per node), run, in the default run, the properties that concern a stream family
 (`FAMILY_PROPERTIES`), the rest in the long run: their kernels are the default family's but for the
 noise (and the explicit family's resample).
 """
@@ -43,6 +43,10 @@ GATED = {
     "triton-explicit": (lambda request: request.getfixturevalue("triton_explicit_sampler"), device.interpreted),
     "triton-explicit-icdf": (lambda request: request.getfixturevalue("triton_explicit_icdf_sampler"),
                              device.interpreted),
+    # the explicit family's tree verification with one coin per parent node (SPEC 4c; the two above take
+    # one coin per child): one drawn batch in two is a one-hot tree
+    "triton-explicit-per-node": (lambda request: request.getfixturevalue("triton_explicit_per_node_sampler"),
+                                 device.interpreted),
     "torch": (lambda request: TorchSampler(), lambda: True),
     # declares logit_bound = 1000 and refuses any finite processed logit beyond it (SPEC 10): every
     # property passes on it, so no strategy or fixed campaign sends one (the reference's cost, at a share)
@@ -57,12 +61,16 @@ GATED = {
 # (Context.oracle), the stream's edge points, and the bit-for-bit equalities its noise must keep.
 FAMILY_PROPERTIES = frozenset({"certified_equivalence", "stream_edges", "chunked_equals_full", "output_invariants",
                                "determinism"})
-# gated samplers that run only FAMILY_PROPERTIES in the default run
-FAMILY_ONLY = {"triton-murmur3", "triton-explicit", "triton-explicit-icdf"}
+# gated samplers that run only FAMILY_PROPERTIES in the default run (the explicit ones: half their
+# drawn batches are trees, SPEC 4c)
+FAMILY_ONLY = {"triton-murmur3", "triton-explicit", "triton-explicit-icdf", "triton-explicit-per-node"}
 # What tree verification changes (SPEC 4c): the tree samplers run these in the default run, the rest in the long run.
 TREE_PROPERTIES = frozenset({"certified_equivalence", "output_invariants", "greedy_chain", "batch_invariance",
                              "chunked_equals_full"})
 TREE_ONLY = {"reference-tree", "tree", "tree-per-node"}
+# The Triton sampler's one coin per node (SPEC 4c) changes its acceptance rule only: its default run
+# certifies it; chunking and the invariants of tree batches run on the two per-child samplers above.
+PER_NODE_ONLY = {"triton-explicit-per-node": frozenset({"certified_equivalence"})}
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +91,12 @@ def triton_explicit_icdf_sampler():
     return TritonSampler(block_v=256 if device.interpreted() else None, streams="explicit", resample="inverse_cdf")
 
 
+@pytest.fixture(scope="module")
+def triton_explicit_per_node_sampler():
+    # the batch's noise fields, trees with one coin per parent node (SPEC 4c)
+    return TritonSampler(block_v=256 if device.interpreted() else None, streams="explicit", tree_uniforms="per_node")
+
+
 def _shared(gated: str) -> bool:
     return not LONG_RUN and GATED[gated][1]()
 
@@ -95,7 +109,8 @@ def _cases():
         for gated in GATED:
             long = prop.slow and _shared(gated) or (gated in FAMILY_ONLY and name not in FAMILY_PROPERTIES
                                                     and not LONG_RUN) or (
-                gated in TREE_ONLY and name not in TREE_PROPERTIES and not LONG_RUN)
+                gated in TREE_ONLY and name not in TREE_PROPERTIES and not LONG_RUN) or (
+                name not in PER_NODE_ONLY.get(gated, {name}) and not LONG_RUN)
             yield pytest.param(name, gated, id=f"{name}-{gated}", marks=[pytest.mark.long] if long else [])
 
 

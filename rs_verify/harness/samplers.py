@@ -17,6 +17,8 @@ BUILTIN = {
     "triton-murmur3-fp64": "rs_verify.triton_sampler.protocol:murmur3_fp64_sampler",
     "triton-explicit": "rs_verify.triton_sampler.protocol:explicit_sampler",
     "triton-explicit-icdf": "rs_verify.triton_sampler.protocol:explicit_inverse_cdf_sampler",
+    # the explicit family's tree verification with one coin per parent node (SPEC 4c)
+    "triton-explicit-per-node": "rs_verify.triton_sampler.protocol:explicit_per_node_sampler",
 }
 
 

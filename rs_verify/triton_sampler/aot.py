@@ -66,7 +66,7 @@ __all__ = ["ARCHS", "DRAFT_MODES", "KERNELS", "VOCAB_CLASSES", "WIDTHS", "Compil
 ARCHS = (80, 90, 100)
 WIDTHS = ("int32", "int64")
 # Scalar arguments that are flags, not sizes or offsets: never >= 2**31.
-FLAGS = frozenset({"PROCESSED", "MASKED", "BLOCK", "DEFER", "HAS_DRAFT"})
+FLAGS = frozenset({"PROCESSED", "MASKED", "BLOCK", "DEFER", "HAS_DRAFT", "HAS_Q", "WR", "PER_NODE"})
 WIDEN = 2**32
 RESULT_PREFIX = "rs-verify-aot "
 

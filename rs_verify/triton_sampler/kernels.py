@@ -34,6 +34,7 @@ from .masks import _masked_stats, _row_masks
 from .residual import LOG_P_MIN, _resample_step, _resample_token, resample_kernel  # noqa: F401 - resample_kernel: a kernel of this module's pipeline
 from .streams import explicit_uniform, philox_acceptance, resample_key, score_dtype
 from .tiles import _tile_rows
+from .tree import tree_kernel  # noqa: F401 - a kernel of this module's pipeline (SPEC 4c)
 
 NEG_INF = tl.constexpr(float("-inf"))
 BIG_INDEX = tl.constexpr(2147483647)

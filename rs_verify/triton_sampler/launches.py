@@ -20,7 +20,7 @@ from .sampler import DEFAULT_BLOCK_V, TORCH_DTYPES, rejection_sample
 from .streams import DEFAULT_STREAMS, STREAMS, stream_family
 
 KERNELS = ("row_stats_kernel", "mask_stats_kernel", "block_tau_kernel", "verify_kernel", "resample_kernel",
-           "log_softmax_kernel")
+           "log_softmax_kernel", "tree_kernel")
 DRAFT_MODES = ("model", "one_hot")
 # One vocabulary size per class Triton specializes an int argument on: divisible by 16, not, and 1.
 VOCAB_CLASSES = {"16n": 160, "other": 33, "1": 1}
@@ -57,6 +57,31 @@ def _recording(sink, label):
         yield
     finally:
         sampler.kernels = real
+
+
+def _record_tree(sink, label, dtype, drafts, v, vd, block_v, features, resample):
+    """Record the launches of a tree batch (SPEC 4c, explicit family): the meta batch of `_record` as trees
+    (node draft logits [N, Vd] for model drafts), with all three sampling parameters when `features`."""
+
+    def empty(shape, dt):
+        return torch.empty(shape, dtype=dt, device="meta")
+
+    cu = [0, 3, 4, 6]
+    n, r, s, k = cu[-1], len(cu) - 1, 4, 2
+    logits = TORCH_DTYPES[dtype]
+    extra = {}
+    if features:
+        extra = dict(top_k=empty(s, torch.int32), top_p=empty(s, torch.float32), min_p=empty(s, torch.float32))
+    with _recording(sink, label + ", tree"):
+        rejection_sample(
+            empty((n, v), logits), None, empty(n, torch.int64), empty(r + 1, torch.int32), empty(n, torch.int64),
+            empty(r, torch.int32), empty(s, torch.float32), empty(s, torch.int64),
+            num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
+            verification=methods.TREE.name, streams=EXPLICIT.name, accept_uniforms=empty(n, torch.float64),
+            resample_gumbel=empty((r, min(v, vd)), torch.float64), resample_uniforms=empty(r, torch.float64),
+            resample=resample, tree_parent=empty(n, torch.int32),
+            node_draft_logits=empty((n, vd), logits) if drafts == "model" else None,
+            accepted_nodes=empty((r, k), torch.int32), **extra)
 
 
 def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False, streams=DEFAULT_STREAMS,
@@ -104,7 +129,7 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
     - resamples: how the explicit family resamples (SPEC 4: `resample_kernel`'s constexpr
       `RESAMPLE`); the other families resample by Gumbel-max only.
     Block batches are recorded with each block seed the family offers (SPEC 3b: `block_tau_kernel`'s
-    STREAM "philox_step").
+    STREAM "philox_step"); the explicit family's batch shapes also as tree batches (SPEC 4c: `tree_kernel`).
     """
     out = []
     sizes = [VOCAB_CLASSES[c] for c in vocab_classes]
@@ -124,4 +149,7 @@ def launches(*, dtypes=tuple(TORCH_DTYPES), draft_modes=DRAFT_MODES, block_sizes
                                 for features, block_seed in ((False, PLAIN), *((True, b) for b in seeds)):
                                     _record(out, label + ("" if block_seed == PLAIN else ", step block seed"), dtype,
                                             drafts, v, vd, block_v, mode, features, family, resample, block_seed)
+                            if family == EXPLICIT.name:  # SPEC 4c: tree batches, without and with parameters
+                                for features in (False, True):
+                                    _record_tree(out, label, dtype, drafts, v, vd, block_v, features, resample)
     return out

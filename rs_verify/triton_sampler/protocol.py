@@ -12,13 +12,13 @@ import numpy as np
 import torch
 
 from ..contract import methods
-from ..contract.batch import LogprobsTensors, SamplerOutput, SpecBatch
+from ..contract.batch import TREE_DRAFT_KINDS, TREE_UNIFORMS, LogprobsTensors, SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output, max_chunk_logits as default_max_chunk_logits
 from ..contract.explicit import EXPLICIT, GUMBEL
 from ..contract.streams import PLAIN, STEP
 from ..contract.validation import check_structure, validate as validate_batch
 from .sampler import TORCH_DTYPES, _check_block_rows, _check_block_v, default_device, rejection_sample
-from .shapes import check_noise
+from .shapes import PER_CHILD, PER_NODE, check_noise
 from .streams import DEFAULT_STREAMS, resample_method, stream_family
 
 
@@ -40,6 +40,10 @@ class TritonSampler:
     - resample: the explicit family's resampling, declared as `self.resample` (SPEC 4 and 10):
       "gumbel" (the default: Gumbel-max over `resample_gumbel`) or "inverse_cdf" (over
       `resample_uniforms`); any other family resamples by Gumbel-max and takes no `resample=`.
+    - tree_uniforms: the explicit family verifies trees too (SPEC 4c: "tree" among its
+      `verification_methods`): "per_child" (the default; `tree_drafts` one-hot, iid and without
+      replacement) or "per_node" (one coin per parent node; one-hot trees only), declared as
+      `self.tree_uniforms`; any other family verifies no trees and takes no `tree_uniforms=`.
 
     Reports `extras["max_buffer_rows"]` (rows of the FP32 processed-logits buffer
     allocated, 0 without logprobs) and `extras["num_chunks"]`.
@@ -56,7 +60,7 @@ class TritonSampler:
 
     def __init__(self, *, cap_bytes: int = 2**30, block_v: int | None = None, validate: bool = True,
                  device=None, block_rows: int | None = None, streams: str = DEFAULT_STREAMS,
-                 resample: str | None = None, block_seed: str = PLAIN):
+                 resample: str | None = None, block_seed: str = PLAIN, tree_uniforms: str | None = None):
         family = stream_family(streams)
         if block_seed not in family.block_seeds:
             raise ValueError(f"block_seed: the stream family {family.name!r} draws the block seeds "
@@ -65,6 +69,13 @@ class TritonSampler:
         if resample is not None and family is not EXPLICIT:
             raise ValueError(f"resample: only the explicit stream family chooses how it resamples (SPEC 4), "
                              f"not {family.name!r}")
+        if tree_uniforms is not None and (family is not EXPLICIT or tree_uniforms not in TREE_UNIFORMS):
+            raise ValueError(f"tree_uniforms: {tree_uniforms!r}; the explicit stream family verifies trees with one "
+                             f"of {list(TREE_UNIFORMS)} (SPEC 4c), {family.name!r} none")
+        if family is EXPLICIT:  # SPEC 4c: tree batches carry the explicit noise
+            self.verification_methods = type(self).verification_methods | {methods.TREE.name}
+            self.tree_uniforms = tree_uniforms or PER_CHILD
+            self.tree_drafts = frozenset({"one_hot"} if self.tree_uniforms == PER_NODE else TREE_DRAFT_KINDS)
         self.streams = family.name
         self.resample = resample_method(family, GUMBEL if resample is None else resample)
         self.cap_bytes = int(cap_bytes)
@@ -78,7 +89,10 @@ class TritonSampler:
         """The same sampler with validation off (SPEC section 9: still memory-safe)."""
         return TritonSampler(cap_bytes=self.cap_bytes, block_v=self.block_v, validate=False, device=self.device,
                              block_rows=self.block_rows, streams=self.streams, resample=self._resample_kwarg(),
-                             block_seed=self.block_seed)
+                             block_seed=self.block_seed, tree_uniforms=self._tree_kwarg())
+
+    def _tree_kwarg(self) -> str | None:
+        return self.tree_uniforms if self.streams == EXPLICIT.name else None
 
     def _resample_kwarg(self) -> str | None:
         return self.resample if self.streams == EXPLICIT.name else None
@@ -87,7 +101,8 @@ class TritonSampler:
         return (f"TritonSampler(cap_bytes={self.cap_bytes}, block_v={self.block_v}, block_rows={self.block_rows}, "
                 f"validate={self.validate}, device={str(self.device)!r}, streams={self.streams!r}"
                 + ("" if self._resample_kwarg() is None else f", resample={self.resample!r}")
-                + ("" if self.block_seed == PLAIN else f", block_seed={self.block_seed!r}") + ")")
+                + ("" if self.block_seed == PLAIN else f", block_seed={self.block_seed!r}")
+                + ("" if self._tree_kwarg() in (None, PER_CHILD) else f", tree_uniforms={self.tree_uniforms!r}") + ")")
 
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         # Without validation the values go unchecked (the kernels clamp every index), but a batch
@@ -116,6 +131,13 @@ class TritonSampler:
                                                        ("min_p", torch.float32, 0))
                   if (a := getattr(batch, name)) is not None and (np.asarray(a) != off).any()}
         info = {}
+        tree = {}
+        if batch.tree:  # SPEC 4c
+            nd = batch.node_draft_logits
+            tree = dict(tree_parent=t(batch.tree_parent, torch.int32), node_draft_logits=None if nd is None else t(nd, dtype),
+                        tree_drafts=batch.tree_drafts, tree_uniforms=getattr(self, "tree_uniforms", PER_CHILD),
+                        accepted_nodes=torch.empty((batch.num_reqs, batch.num_speculative_steps), dtype=torch.int32,
+                                                   device=dev))
         sampled, num_sampled, lp = rejection_sample(
             t(batch.target_logits, dtype),
             None if batch.draft_logits is None else t(batch.draft_logits, dtype),
@@ -139,7 +161,7 @@ class TritonSampler:
             resample_uniforms=None if noise[2] is None else t(noise[2], torch.float64),
             resample=self.resample,
             block_seed=self.block_seed,
-            **params,
+            **params, **tree,
         )
         logprobs = None
         if lp is not None:
@@ -154,6 +176,7 @@ class TritonSampler:
             sampled=sampled.cpu().numpy(),
             num_sampled=num_sampled.cpu().numpy(),
             logprobs=logprobs,
+            accepted_nodes=tree["accepted_nodes"].cpu().numpy() if tree else None,
             extras=info,
         )
 
@@ -178,7 +201,8 @@ def murmur3_fp64_sampler() -> TritonSampler:
 
 
 def explicit_sampler() -> TritonSampler:
-    """`TritonSampler(streams="explicit")` (SPEC 3c, Gumbel-max): built-in name `triton-explicit`."""
+    """`TritonSampler(streams="explicit")` (SPEC 3c, Gumbel-max; trees with one coin per child, SPEC 4c):
+    built-in name `triton-explicit`."""
     return TritonSampler(streams="explicit")
 
 
@@ -186,3 +210,9 @@ def explicit_inverse_cdf_sampler() -> TritonSampler:
     """`TritonSampler(streams="explicit", resample="inverse_cdf")` (SPEC 3c and 4): built-in name
     `triton-explicit-icdf`."""
     return TritonSampler(streams="explicit", resample="inverse_cdf")
+
+
+def explicit_per_node_sampler() -> TritonSampler:
+    """`TritonSampler(streams="explicit", tree_uniforms="per_node")` (SPEC 3c and 4c: one coin per parent
+    node, one-hot trees): built-in name `triton-explicit-per-node`."""
+    return TritonSampler(streams="explicit", tree_uniforms=PER_NODE)

@@ -44,6 +44,11 @@ Kernel pipeline, per call (`rejection_sample`):
       token instead of `verify_kernel` (residual.py): masked `p`, the block residual, the batch's
       `resample_gumbel[r]`, or the inverse CDF of `resample_uniforms[r]` for an explicit sampler
       that declares `resample="inverse_cdf"` (SPEC 4; inverse_cdf.py).
+   b''. A tree batch (SPEC 4c; the explicit family) instead of a'' to b': with model drafts
+      `row_stats_kernel` once more over the chunk's `node_draft_logits` rows (Q's max and log-sum-exp),
+      then `tree_kernel`, one program per `block_rows` requests (tree.py): the forward scan over each
+      request's nodes, the residual of a level in the FP32 buffer `[requests of the chunk, V']`, the last
+      token by residual.py's Gumbel-max or the inverse CDF; it writes `accepted_nodes` too.
    c. Only with logprobs: the chunk's rows, in blocks of at most
       `max_chunk_logits` rows, go through `log_softmax_kernel` into ONE
       preallocated FP32 buffer (log-softmax over the whole `[0, V)` of the raw
@@ -79,10 +84,11 @@ import triton
 
 from ..contract.chunking import iter_request_chunks, max_chunk_logits as default_max_chunk_logits
 from ..contract.explicit import GUMBEL
+from ..contract.methods import TREE
 from ..contract.streams import PLAIN, STEP
 from . import kernels
 from .logprobs import emitted_tokens, row_logprobs
-from .shapes import check_noise, check_shapes
+from .shapes import PER_CHILD, PER_NODE, check_noise, check_shapes, check_tree
 from .streams import DEFAULT_STREAMS, resample_method, stream_family
 
 DEFAULT_BLOCK_V = 1024
@@ -157,6 +163,11 @@ def rejection_sample(
     resample_uniforms: torch.Tensor | None = None,
     resample: str = GUMBEL,
     block_seed: str = PLAIN,
+    tree_parent: torch.Tensor | None = None,
+    node_draft_logits: torch.Tensor | None = None,
+    tree_drafts: str = "iid",
+    tree_uniforms: str = PER_CHILD,
+    accepted_nodes: torch.Tensor | None = None,
 ):
     """Verify a batch held in device tensors (SPEC sections 2-7); no validation.
 
@@ -177,6 +188,10 @@ def rejection_sample(
     (float64 [R], "inverse_cdf"); the other families ignore them. `block_seed` keys block step `i`'s
     acceptance uniform by the seed ("plain") or by `seed ^ (i << 32)` ("step": SPEC 3b, for a family
     whose record offers it).
+    `verification="tree"` (SPEC 4c; explicit family only, no logprobs): `tree_parent` (int32 [N]), the
+    optional `node_draft_logits` ([N, Vd], the logits dtype; None: one-hot trees), `tree_drafts` ("iid"
+    or "without_replacement"), `tree_uniforms` ("per_child" or "per_node") and `accepted_nodes`, an int32
+    [R, K] tensor the path's local nodes are written into (pre-filled with -1 here).
 
     Returns `(sampled int64 [R, K+1], num_sampled int32 [R], logprobs)` on the
     device, with `logprobs = (token_ids int64 [N, k+1], logprobs float32
@@ -186,6 +201,10 @@ def rejection_sample(
     params = (("top_k", top_k), ("top_p", top_p), ("min_p", min_p))
     check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
                   temperature, seeds, num_speculative_steps, num_logprobs, logprobs_mode, params, verification)
+    tree = verification == TREE.name
+    if tree:
+        check_tree(target_logits, draft_logits, tree_parent, node_draft_logits, tree_drafts, tree_uniforms,
+                   accepted_nodes, num_speculative_steps, num_logprobs, streams)
     block = _check_block_v(block_v)
     rows_per = _check_block_rows(block_rows)
     family = stream_family(streams)
@@ -203,7 +222,7 @@ def rejection_sample(
     r = cu_num_logits.shape[0] - 1
     s = temperature.shape[0]
     has_draft = draft_logits is not None
-    vd = draft_logits.shape[2] if has_draft else v
+    vd = draft_logits.shape[2] if has_draft else node_draft_logits.shape[1] if tree and node_draft_logits is not None else v
     v_eff = min(v, vd)
     noise = check_noise(stream == "explicit", resample, n, r, v_eff, accept_uniforms, resample_gumbel,
                         resample_uniforms)
@@ -234,6 +253,8 @@ def rejection_sample(
         logprobs = (lp_ids, lp_vals, lp_ranks)
     if info is not None:
         info.update(max_buffer_rows=0, num_chunks=0)
+    if tree:
+        accepted_nodes.fill_(-1)
     if r == 0 or n == 0:
         return sampled, num_sampled, logprobs
 
@@ -277,7 +298,17 @@ def rejection_sample(
     defer = int(masked or block_mode or stream == "explicit")  # their stochastic draws: resample_kernel (residual.py)
 
     buf = None
-    if logprobs is not None:
+    if tree:  # SPEC 4c: one FP32 residual row of V' per request of the chunk (tree.py)
+        rows = max((b - a for a, b, _, _ in chunks), default=0)
+        buf = torch.empty((rows, v_eff), dtype=torch.float32, device=device)
+        node_q = node_draft_logits.contiguous() if node_draft_logits is not None else target
+        q_max = torch.empty(n, dtype=torch.float32, device=device) if node_draft_logits is not None else t_max
+        q_logsum = torch.empty(n, dtype=torch.float32, device=device) if node_draft_logits is not None else t_logsum
+        parent = dev(tree_parent, torch.int32)
+        t_arg_q = torch.empty(n, dtype=torch.int32, device=device)  # Q's argmax: not read
+        if info is not None:
+            info["max_buffer_rows"] = rows
+    elif logprobs is not None:
         rows = max((min(hi - lo, cap) for _, _, lo, hi in chunks), default=0)
         if rows > 0:
             buf = torch.empty((rows, v), dtype=torch.float32, device=device)
@@ -296,9 +327,16 @@ def rejection_sample(
                 kernels.row_stats_kernel[tiles](
                     target, draft, req_of_row, cu, idx, temp,
                     t_max, t_logsum, t_arg, d_max, d_logsum,
-                    lo, hi, n, r, s, k, v, vd, v_eff,
+                    lo, hi, n, r, s, k, v, vd if has_draft else v, v_eff,
                     HAS_DRAFT=has_draft, BLOCK_R=rows_per, BLOCK_V=block, **launch,
                 )
+                if tree and node_draft_logits is not None:  # Q's statistics per node row (SPEC 4c)
+                    kernels.row_stats_kernel[tiles](
+                        node_q, node_q, req_of_row, cu, idx, temp,
+                        q_max, q_logsum, t_arg_q, d_max, d_logsum,
+                        lo, hi, n, r, s, k, vd, vd, v_eff,
+                        HAS_DRAFT=False, BLOCK_R=rows_per, BLOCK_V=block, **launch,
+                    )
                 if masked:
                     kernels.mask_stats_kernel[tiles](
                         target, req_of_row, idx, temp, tk, tp, mp,
@@ -306,6 +344,17 @@ def rejection_sample(
                         lo, hi, n, r, s, v, v_eff,
                         BLOCK_R=rows_per, BLOCK_V=block, MASK_BLOCK=mask_block, **launch,
                     )
+            if tree:
+                kernels.tree_kernel[(triton.cdiv(b - a, rows_per),)](
+                    target, node_q, ids, parent, cu, idx, temp,
+                    t_max, t_logsum, t_arg, q_max, q_logsum, t_thr, t_cut,
+                    accept_d, gumbel_d, unif_d, buf,
+                    sampled, num_sampled, accepted_nodes,
+                    a, b, n, r, s, k, v, vd, v_eff, masked, int(node_draft_logits is not None),
+                    int(tree_drafts == "without_replacement"), int(tree_uniforms == PER_NODE),
+                    RESAMPLE=resample, BLOCK_R=rows_per, BLOCK_V=block, **launch,
+                )
+                continue
             if block_mode:
                 kernels.block_tau_kernel[(triton.cdiv(b - a, rows_per),)](
                     target, draft, ids, pos_d, cu, idx, temp, seeds_d,

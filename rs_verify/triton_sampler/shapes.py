@@ -1,8 +1,10 @@
 """Shape checks of `rejection_sample`'s arguments: what memory safety needs even without validation."""
 
-from ..contract.explicit import READS
+from ..contract.batch import TREE_DRAFTS, TREE_UNIFORMS
+from ..contract.explicit import EXPLICIT, READS
+from ..contract.methods import BLOCK, TOKEN, TREE
 
-from ..contract.methods import BLOCK, TOKEN
+PER_CHILD, PER_NODE = TREE_UNIFORMS
 
 
 def check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, pos, idx_mapping,
@@ -42,7 +44,7 @@ def check_shapes(target_logits, draft_logits, draft_token_ids, cu_num_logits, po
         bad(f"num_logprobs: expected None or an int in [0, {v}], got {num_logprobs!r}")
     if logprobs_mode not in ("raw", "processed"):
         bad(f"logprobs_mode: unknown mode {logprobs_mode!r}")
-    if verification not in (TOKEN.name, BLOCK.name):
+    if verification not in (TOKEN.name, BLOCK.name, TREE.name):
         bad(f"verification: unknown method {verification!r}")
 
 
@@ -63,3 +65,33 @@ def check_noise(explicit, resample, n, r, vocab, accept_uniforms, resample_gumbe
             raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
     return tuple(read[name][0] if name in read else None
                  for name in ("accept_uniforms", "resample_gumbel", "resample_uniforms"))
+
+
+def check_tree(target_logits, draft_logits, tree_parent, node_draft_logits, tree_drafts, tree_uniforms, accepted_nodes,
+               k, num_logprobs, streams):
+    """A tree batch's arguments (SPEC 4c), by shape: `tree_parent` [N], `node_draft_logits` [N, Vd] (1 <= Vd
+    <= V) or None, `accepted_nodes` int32 [R, K] (the output), the explicit family, no `draft_logits`, no
+    logprobs, a known `tree_drafts` and `tree_uniforms` (per node: one-hot trees only)."""
+    def bad(what):
+        raise ValueError(what)
+
+    n, v = target_logits.shape
+    if streams != EXPLICIT.name:
+        bad(f"verification: tree verification uses the explicit stream family (SPEC 4c), not {streams!r}")
+    if tree_parent is None or tuple(tree_parent.shape) != (n,):
+        bad(f"tree_parent: expected shape [{n}], got {None if tree_parent is None else list(tree_parent.shape)}")
+    if draft_logits is not None:
+        bad("draft_logits: a tree batch takes its draft distributions from node_draft_logits (SPEC 4c)")
+    if node_draft_logits is not None and (node_draft_logits.dim() != 2 or node_draft_logits.shape[0] != n
+                                          or not 1 <= node_draft_logits.shape[1] <= v):
+        bad(f"node_draft_logits: expected [{n}, Vd] with 1 <= Vd <= {v}, got {list(node_draft_logits.shape)}")
+    if tree_drafts not in TREE_DRAFTS:
+        bad(f"tree_drafts: unknown kind {tree_drafts!r}; expected one of {TREE_DRAFTS}")
+    if tree_uniforms not in TREE_UNIFORMS or (tree_uniforms == PER_NODE and node_draft_logits is not None):
+        bad(f"tree_uniforms: {tree_uniforms!r} with {'model' if node_draft_logits is not None else 'one-hot'} drafts; "
+            f"one of {TREE_UNIFORMS}, per_node for one-hot trees only (SPEC 4c)")
+    if num_logprobs is not None:
+        bad("num_logprobs: logprobs are not defined for tree batches (SPEC 4c)")
+    r_k = None if accepted_nodes is None else (tuple(accepted_nodes.shape), accepted_nodes.dtype)
+    if accepted_nodes is None or r_k[0][1:] != (int(k),) or str(r_k[1]) != "torch.int32":
+        bad(f"accepted_nodes: a tree batch needs an int32 [R, {int(k)}] output tensor, got {r_k}")
