@@ -32,7 +32,9 @@ from rs_verify.contract.batch import LOGITS_DTYPES, SAMPLING_PARAMS, TREE_DRAFT_
 from rs_verify.contract.methods import TREE
 from rs_verify.contract.tree import children, distinct_bounds, node_probs
 
-from .logits import round_to_dtype
+from rs_verify.contract.logit_bound import checked as checked_bound
+
+from .logits import magnitude_bound, round_to_dtype
 
 __all__ = ["SHAPES", "TREE_EDGES", "tree_batches"]
 
@@ -121,6 +123,11 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
     if model:
         sigma = np.exp(rng.uniform(*np.log(CLOSE_SIGMA), N))[:, None]
         nd = round_to_dtype((target[:, :Vd] + rng.standard_normal((N, Vd)) * sigma).astype(np.float32), dtype)
+    if cfg["logit_bound"] is not None:  # SPEC 10: every processed logit of a request within the bound
+        for r in range(R):
+            b = np.float32(magnitude_bound(dtype, float(temps[r]), cfg["logit_bound"]))
+            for rows in (target, nd) if model else (target,):
+                rows[cu[r] : cu[r + 1]] = np.clip(rows[cu[r] : cu[r + 1]], -b, b)
     tokens = np.full(N, -1, np.int64)
     tokens[cu[:-1]] = rng.integers(0, vp, R)  # the root's token: unused
     edges = set(e for e in TREE_EDGES if rng.random() < EDGE_SHARE)
@@ -133,7 +140,9 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
             j = lo + n
             toks = _child_tokens(rng, kind, target[j, :vp], None if nd is None else nd[j, :vp], temps[r], len(cs))
             if temps[r] == 0 and rng.random() < GREEDY_PATH_SHARE:
-                toks[int(rng.integers(len(cs)))] = int(np.argmax(target[j, :vp]))
+                a, at = int(np.argmax(target[j, :vp])), int(rng.integers(len(cs)))
+                if kind != "without_replacement" or a not in toks:  # siblings drawn without replacement stay distinct
+                    toks[at] = a
             if len(cs) >= 2 and rng.random() < PAD_SHARE:
                 toks[-1] = -1  # a padded child after the drawn ones
             tokens[lo + np.asarray(cs)] = toks
@@ -295,12 +304,14 @@ def tree_batches(
     temperatures: Sequence[str] = ("greedy", "one", "random"),
     logits_dtypes: Sequence[str] = LOGITS_DTYPES,
     sampling_params: Sequence[str] = (),
+    logit_bound: float | None = None,
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid tree batches (SPEC 4c) with the explicit noise; see the module docstring.
 
     `tree_drafts`: the kinds drawn, some of "one_hot", "iid", "without_replacement"; `tree_uniforms`:
     "per_child" or "per_node" (then one-hot trees only: SPEC 4c); `temperatures`: some of "greedy", "one",
-    "random"; `sampling_params`: some of SPEC 2's, or none."""
+    "random"; `sampling_params`: some of SPEC 2's, or none; `logit_bound` (SPEC 10): every finite processed
+    logit, target and node draft rows alike, keeps `|z| <= logit_bound` (`strategies.logits.magnitude_bound`)."""
     kinds = tuple(k for k in TREE_DRAFT_KINDS if k in set(tree_drafts))
     if not kinds or set(tree_drafts) - set(TREE_DRAFT_KINDS):
         raise InvalidArgument(f"tree_drafts={tree_drafts!r}: some of {list(TREE_DRAFT_KINDS)}")
@@ -312,10 +323,14 @@ def tree_batches(
             raise InvalidArgument("tree_uniforms='per_node' takes one-hot trees only (SPEC 4c)")
     if not 1 <= min_reqs <= max_reqs or max_spec_steps < 1 or max_nodes < 1:
         raise InvalidArgument("need 1 <= min_reqs <= max_reqs, max_spec_steps >= 1, max_nodes >= 1")
+    try:
+        bound = checked_bound(logit_bound)
+    except ValueError as exc:
+        raise InvalidArgument(f"logit_bound={logit_bound!r}: {exc}") from None
     temps = ("greedy", "one", "random") if "mixed" in temperatures else (
         tuple(t for t in temperatures if t in ("greedy", "one", "random")) or ("one",))
     cfg = dict(min_reqs=min_reqs, max_reqs=max_reqs, max_spec_steps=max_spec_steps, max_nodes=max_nodes,
                vocab_sizes=tuple(int(v) for v in vocab_sizes), tree_drafts=kinds, tree_uniforms=tree_uniforms,
                temperatures=temps, dtypes=tuple(logits_dtypes),
-               sampling_params=tuple(p for p in SAMPLING_PARAMS if p in set(sampling_params)))
+               sampling_params=tuple(p for p in SAMPLING_PARAMS if p in set(sampling_params)), logit_bound=bound)
     return _tree_batches(cfg)
