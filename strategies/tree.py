@@ -13,7 +13,9 @@ Structure is drawn by Hypothesis (so it shrinks: towards one request, a star of 
   request's tree holds its argmax path most of the time), per-state sampling parameters;
 - the edges (each drawn for some batches): a sibling with `q~(x) = 0` (its token's draft logit `-inf`),
   an empty residual after the last sibling (the parent's `p` equal to its `Q` and the child's token
-  excluded by both), and, for one coin per node, the coin exactly on a bound `S_k`;
+  excluded by both), for drafts without replacement a second sibling's uniform between `p~(x) / q~(x)`
+  and `p~(x) / Q(x)` (the renormalised `Q~` decides it), and, for one coin per node, the coin exactly on
+  a bound `S_k`;
 - the explicit noise (SPEC 3c): all three fields, multiples of `2**-53`.
 
 Imports only NumPy, Hypothesis and the contract.
@@ -39,12 +41,13 @@ from .logits import magnitude_bound, round_to_dtype
 __all__ = ["SHAPES", "TREE_EDGES", "tree_batches"]
 
 SHAPES = ("star", "chain", "deep", "bushy", "random")
-TREE_EDGES = ("q_zero_sibling", "empty_residual", "coin_on_bound")
+TREE_EDGES = ("q_zero_sibling", "empty_residual", "coin_on_bound", "renormalised_q")
 # Shares of the content draws (per batch): each edge is planted in about one batch in four.
 EDGE_SHARE = 0.25
 PAD_SHARE = 0.3  # a node's children followed by a padded child
 DUPLICATE_SHARE = 0.5  # one-hot trees: a sibling repeats an earlier sibling's token
 GREEDY_PATH_SHARE = 0.7  # a greedy request's child carries its parent's argmax
+RENORMALISED_SHARE = 0.75  # without replacement: batches with the second-sibling plant (besides the edge's share)
 CLOSE_SIGMA = (0.05, 1.5)  # Q's logits: p's plus Gaussian noise of this (log-uniform) scale
 
 
@@ -153,6 +156,8 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
     S = R
     params = _params(rng, S, vp, temps) if params_on else {}
     accept = _unit(rng, N)
+    if kind == "without_replacement" and ("renormalised_q" in edges or rng.random() < RENORMALISED_SHARE):
+        planted += _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_on, accept)
     if "coin_on_bound" in edges and cfg["tree_uniforms"] == "per_node" and not model:
         planted += _plant_coin(rng, cu, parents, tokens, target, vp, temps, params_on, accept)
     pos = np.concatenate([rng.integers(0, 2**40) + np.arange(s) for s in sizes]).astype(np.int64)
@@ -280,6 +285,49 @@ def _plant_coin(rng, cu, parents, tokens, target, vp, temps, params_on, accept) 
         if 0 < bounds[k] < 1:
             accept[j] = bounds[k]
             out.append("coin exactly on a bound S_k")
+    return out
+
+
+def _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_on, accept) -> list[str]:
+    """Drafts without replacement: a node's first two children get the tokens `x1` with `Q(x1) > p(x1)`
+    (rejected at a uniform near 1) and `x2` with `p(x2) > Q(x2)`, and `x2`'s uniform lies strictly between
+    `p~(x2) / q~(x2)` (SPEC 4c: rejected) and `p~(x2) / Q(x2)` (accepted by a verifier that forgets to take
+    `x1` out of `Q`), at their geometric mean. The siblings stay distinct (tokens swapped, not repeated)."""
+    if params_on:
+        return []
+    out = []
+    for r, n, real in _stochastic_parents(cu, parents, temps, tokens, vp):
+        if len(real) < 2 or rng.random() < 0.5:
+            continue
+        j, t, lo_row = int(cu[r]) + n, float(temps[r]), int(cu[r])
+        row = target[j, :vp]
+        p = node_probs(row if t == 1 else np.divide(row, np.float32(t), dtype=np.float32))
+        q = _processed_q(nd[j, :vp], t)
+        over = np.flatnonzero(q > p * (1 + 1e-6))
+        if not over.size:
+            continue
+        x1 = int(over[np.argmax(q[over] - p[over])])
+        resid = np.maximum(p - q, 0.0)
+        if resid.sum() <= 0:
+            continue
+        pt = resid / resid.sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lo = np.where((pt > 0) & (q > 0), pt * (1.0 - q[x1]) / q, np.inf)
+        x2 = int(np.argmin(lo))
+        hi = min(pt[x2] / q[x2], 1.0) if q[x2] > 0 else 0.0
+        if x2 == x1 or not 0 < lo[x2] < hi * (1 - 1e-6):
+            continue
+        toks = [int(tokens[lo_row + c]) for c in real]
+        for want, at in ((x1, 0), (x2, 1)):
+            if want in toks:
+                k = toks.index(want)
+                toks[k], toks[at] = toks[at], toks[k]
+            else:
+                toks[at] = want
+        tokens[lo_row + np.asarray(real)] = toks
+        accept[lo_row + real[0]] = 1.0 - 2.0**-53
+        accept[lo_row + real[1]] = np.round(np.sqrt(lo[x2] * hi) * 2.0**53) * 2.0**-53
+        out.append("second sibling's uniform between p~/q~ and p~/Q")
     return out
 
 
