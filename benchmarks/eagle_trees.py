@@ -55,7 +55,7 @@ def main(argv=None) -> int:
             certify(cmp, batch=batch)
             tally["batches certified"] += 1
         except (PropertyFailure, RuntimeError) as exc:
-            failures.append((f"{type(exc).__name__}: {str(exc).splitlines()[0]}", repr(batch)))
+            failures.append((f"{type(exc).__name__}: " + " / ".join(str(exc).splitlines()[:2]), repr(batch)))
 
     check()
     print(dict(tally), f"failures: {len(failures)} of {args.examples} batches")
