@@ -154,7 +154,7 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
     if "empty_residual" in edges and model:
         planted += _plant_empty_residual(rng, cu, parents, tokens, target, nd, vp, temps, params_on)
     S = R
-    params = _params(rng, S, vp, temps) if params_on else {}
+    params = _params(rng, S, vp, temps, cfg["sampling_params"]) if params_on else {}
     accept = _unit(rng, N)
     if kind == "without_replacement" and ("renormalised_q" in edges or rng.random() < RENORMALISED_SHARE):
         planted += _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_on, accept)
@@ -331,13 +331,13 @@ def _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_
     return out
 
 
-def _params(rng, S, vp, temps) -> dict:
-    """Per-state sampling parameters (SPEC 2), each on for about half the states."""
+def _params(rng, S, vp, temps, allowed) -> dict:
+    """Per-state sampling parameters (SPEC 2), each on for about half the states; only those `allowed`."""
     on = rng.random((3, S)) < 0.5
     top_k = np.where(on[0], rng.integers(1, vp + 1, S), 0).astype(np.int32)
     top_p = np.where(on[1], rng.uniform(0.3, 1.0, S), 1.0).astype(np.float32)
     min_p = np.where(on[2], rng.uniform(0.0, 0.3, S), 0.0).astype(np.float32)
-    return {"top_k": top_k, "top_p": top_p, "min_p": min_p}
+    return {k: v for k, v in (("top_k", top_k), ("top_p", top_p), ("min_p", min_p)) if k in allowed}
 
 
 def tree_batches(

@@ -7,9 +7,10 @@
   children of the accepted node in path order with one `random.random()` each (EAGLE's loop variables
   `j`, the path, and `i`, the depth), accepts iff `r <= p~(x) / q~(x)`, and after a rejection sets
   `p~ = max(p~ - Q~, 0)` renormalised, `Q~` the parent's `Q` without the earlier siblings' tokens; it
-  returns `sample_p`: `p~` after a rejection at the last level, else the processed `p` of the last
-  node (SPEC 4c's bonus; `raw_bonus=True`: EAGLE's softmax of the raw logits);
-- `prepare_logits_processor(temperature)`: a temperature division (`None` at 0);
+  returns `sample_p`: `p~` after a rejection at the last level (`p` of that level's node when `p~` is
+  empty: SPEC 4c's fallback, where EAGLE divides by 0), else the processed `p` of the last node (SPEC
+  4c's bonus; `raw_bonus=True`: EAGLE's softmax of the raw logits);
+- `prepare_logits_processor(temperature, top_k)`: a temperature division, then SPEC 2's top-k (`None` at 0);
 - `random`: the module the function draws from (the adapter must replace it).
 
 The adapter over the fake must pass the gate; miswired adapters (p and q swapped, the temperature lost,
@@ -43,7 +44,14 @@ def fake_eagle(raw_bonus=False):
     def prepare_logits_processor(temperature=0.0, repetition_penalty=0.0, top_p=0.0, top_k=0):
         if temperature <= 0:
             return None
-        return lambda input_ids, scores: scores / temperature
+
+        def process(input_ids, scores):  # SPEC 2: T, then top-k (ties with the k-th value kept)
+            z = scores / temperature
+            if 0 < top_k < z.shape[-1]:
+                z = z.masked_fill(z < torch.topk(z, top_k).values[..., -1:], -torch.inf)
+            return z
+
+        return process
 
     def evaluate_posterior(logits, candidates, logits_processor, cart_candidates_prob, op, p_indices,
                            tree_candidates, b_indices):
@@ -63,7 +71,7 @@ def fake_eagle(raw_bonus=False):
             rejected = False
             same = (candidates[:, :accepted] == candidates[best, :accepted]).all(dim=1)
             first = int(torch.nonzero(same)[0, 0])
-            pt = torch.softmax(logits_processor(None, logits[first, i - 1][None])[0], dim=0)
+            pt = pn = torch.softmax(logits_processor(None, logits[first, i - 1][None])[0], dim=0)
             seen = []
             for j in range(paths):
                 x = int(candidates[j, i])
@@ -71,9 +79,7 @@ def fake_eagle(raw_bonus=False):
                     continue
                 seen.append(x)
                 r = mod.random.random()
-                qx = cart_candidates_prob[j, i]
-                if qx <= 0:
-                    continue
+                qx = cart_candidates_prob[j, i]  # q~ = 0: p~ / q~ is inf (accepted) or NaN (p~ = 0: rejected)
                 if r <= pt[x] / qx:
                     accepted, best = accepted + 1, j
                     break
@@ -82,10 +88,10 @@ def fake_eagle(raw_bonus=False):
                     q[tree_candidates[0][b_indices[j][i]]] = 0
                     q = q / q.sum()
                 pt = torch.clamp(pt - q, min=0)
-                pt = pt / pt.sum()
+                pt = pt / pt.sum() if pt.sum() > 0 else pt  # an empty residual stays empty (never accepts)
                 rejected = True
-        if rejected and accepted != width:
-            return torch.tensor(best), accepted - 1, pt
+        if rejected and accepted != width:  # SPEC 4c: an empty p~ falls back to p_n
+            return torch.tensor(best), accepted - 1, pt if pt.sum() > 0 else pn
         last = logits[best, accepted - 1]
         return torch.tensor(best), accepted - 1, torch.softmax(last if raw_bonus else logits_processor(None, last[None])[0], 0)
 
@@ -225,7 +231,7 @@ def test_eagles_raw_bonus_fails_undeclared_and_declared_only_on_chains(reference
                      shrink=False)
     if declared.status == "failed":
         text = declared.failure.text()
-        assert "verification='token'" in text and "argmax diverges" in text, text[:3000]
+        assert "verification='token'" in text and re.search("argmax diverges|which top_k .* masks", text), text[:3000]
 
 
 @pytest.mark.parametrize("wrong", ["swapped_pq", "lost_temperature", "parent_uniform"])
@@ -233,4 +239,5 @@ def test_a_miswired_adapter_fails_certification(wrong, reference):
     outcome = _gate("certified_equivalence", Miswired(wrong, module=fake_eagle(), deviations=()), reference,
                     shrink=False)
     assert outcome.status == "failed", outcome.status
-    assert re.search("differ from the reference|outside the residual|p~ excludes|looks like", outcome.failure.text())
+    assert re.search("differ from the reference|outside the residual|p~ excludes|looks like|breaks SPEC sections 4-6",
+                     outcome.failure.text())

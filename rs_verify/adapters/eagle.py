@@ -10,7 +10,7 @@ lives in this repository. The calling convention, read from the release and pass
     evaluate_posterior(
         logits,                # float32 [P, L, V']: the raw target logits of each path's nodes (path j, depth i)
         candidates,            # int64 [P, L]: each root-to-leaf path's tokens, column 0 the root, -1 past the leaf
-        logits_processor,      # EAGLE's prepare_logits_processor(temperature=T) (HF warpers), None for greedy
+        logits_processor,      # EAGLE's prepare_logits_processor(temperature=T, top_k=k) (HF warpers), None for greedy
         cart_candidates_prob,  # float32 [P, L]: q~ of each path node's token, as its drafter's `sample` returns it
         op,                    # per depth i - 1: float32 rows Q (softmax of the processed draft logits)
         p_indices,             # [P][L]: the row of op[i - 1] holding the parent's Q of path j's node at depth i
@@ -162,7 +162,7 @@ class EagleSampler:
     verification_methods = frozenset({methods.TOKEN.name, methods.TREE.name})
     tree_drafts = frozenset({"without_replacement"})  # cnets.Model.sample: torch.multinomial(Q, k, replacement=False)
     tree_uniforms = "per_child"  # one random.random() per child tried
-    sampling_params = frozenset()  # EAGLE applies top-p before top-k (HF warpers): not SPEC 2's order
+    sampling_params = frozenset({"top_k"})  # HF's TopKLogitsWarper; EAGLE applies top-p before top-k: not SPEC 2's
     interpreted = True  # one Python call per request: too slow for the distribution campaigns' 200,000 requests
     memory_stats = False
     deviations = frozenset({"tree_bonus_unprocessed"})
@@ -183,9 +183,10 @@ class EagleSampler:
     def __call__(self, batch: SpecBatch, *, max_chunk_logits: int | None = None) -> SamplerOutput:
         (validate if self.validate else check_layout)(batch)
         explicit_inputs.require_noise(batch, NOISE)
-        if batch.sampling_params_on():
-            raise ValueError(f"{', '.join(batch.sampling_params_on())}: this adapter applies no sampling parameters "
-                             f"(EAGLE's logits processor applies top-p before top-k; sampling_params is empty)")
+        other = [n for n in batch.sampling_params_on() if n not in self.sampling_params]
+        if other:
+            raise ValueError(f"{', '.join(other)}: this adapter applies top_k only (EAGLE's logits processor applies "
+                             f"top-p before top-k, not SPEC 2's order, and has no min-p; sampling_params = {{'top_k'}})")
         if batch.verification not in self.verification_methods:
             raise ValueError(f"verification: {batch.verification!r} is not declared by this sampler (EAGLE verifies "
                              f"trees; a token batch is verified as chains)")
@@ -234,7 +235,8 @@ class EagleSampler:
             q = torch.zeros((m, vp), dtype=torch.float32)
             q[: m - 1] = torch.softmax(d / div, dim=-1)
         raw = torch.from_numpy(np.array(batch.target_logits[rows, :vp], np.float32))
-        return dict(parents=parents, tokens=tokens, raw=raw, uniform_rows=uniform_rows, q=q, t=t, vp=vp)
+        top_k = 0 if batch.top_k is None else int(np.asarray(batch.top_k)[s])
+        return dict(parents=parents, tokens=tokens, raw=raw, uniform_rows=uniform_rows, q=q, t=t, vp=vp, top_k=top_k)
 
     def arguments(self, batch: SpecBatch, req: dict) -> tuple[dict, list[list[int]]]:
         """The keyword arguments of the call for request `req` (`request`) and its paths."""
@@ -274,7 +276,7 @@ class EagleSampler:
              for p in paths]
         pidx = [[-1] + [parents[p[i]] if i < len(p) else 0 for i in range(1, width)] for p in paths]
         t = req["t"]
-        proc = None if t == 0 else self.module.prepare_logits_processor(temperature=t)
+        proc = None if t == 0 else self.module.prepare_logits_processor(temperature=t, top_k=req["top_k"])
         return dict(logits=raw[idx], candidates=cand, logits_processor=proc, cart_candidates_prob=prob,
                     op=[q] * max(width - 1, 1), p_indices=pidx,
                     tree_candidates=torch.tensor([tokens], dtype=torch.long), b_indices=b), paths
@@ -285,7 +287,8 @@ class EagleSampler:
         u_final = float(np.asarray(batch.resample_uniforms, np.float64)[r])
         if len(req["parents"]) == 1:  # no draft: EAGLE's plain sampling step (initialize_tree)
             z = req["raw"][0]
-            proc = None if req["t"] == 0 else self.module.prepare_logits_processor(temperature=req["t"])
+            proc = (None if req["t"] == 0 else
+                    self.module.prepare_logits_processor(temperature=req["t"], top_k=req["top_k"]))
             if proc is None:  # EAGLE: temperature <= 1e-5 is greedy
                 return [], [int(torch.argmax(z))]
             return [], [inverse_cdf(torch.softmax(proc(None, z[None])[0], dim=0), u_final)]
