@@ -3,7 +3,7 @@
 `rs-verify releases eagle-llm==1.2.1` draws token batches beside the tree batches (every sampler verifies
 SPEC 4's chains), and a failure there stops certification before the tree decisions are reached. This
 script draws tree batches only (`strategies.tree_batches` with the adapter's declarations: drafts without
-replacement, no sampling parameter), certifies each against the float64 reference bound to the adapter's
+replacement, its sampling parameters), certifies each against the float64 reference bound to the adapter's
 record (explicit noise, inverse-CDF resampling, its declared deviation) and keeps going after a failure:
 it prints how many batches and stochastic decisions were certified, how many decisions the declared
 deviation decided, and every failure's first line with its batch.
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
 
     @settings(max_examples=args.examples, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
-    @given(tree_batches(tree_drafts=tuple(record.tree_drafts)))
+    @given(tree_batches(tree_drafts=tuple(record.tree_drafts), sampling_params=tuple(record.sampling_params)))
     def check(batch):
         _, traces = oracle.verify_with_trace(batch)
         try:
