@@ -42,6 +42,7 @@ MURMUR3_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3")'  # SPEC 3b's 
 MURMUR3_STEP_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3", block_seed="step")'  # SPEC 3b's block seed
 FP64_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3-fp64")'  # SPEC 3b's float64 noise
 EXPLICIT_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit")'  # SPEC 3c: the batch's noise
+TREE_BUILD = 'pkg.ReferenceSampler(streams="explicit")'  # SPEC 4c: tree batches need the explicit family
 EXPLICIT_ICDF_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit", resample="inverse_cdf")'
 
 
@@ -868,6 +869,80 @@ MUTANTS: list[Mutant] = [
         build="pkg.ReferenceSampler(slab_elems=1024)",
         killers=("blackbox_chunking", "certified_equivalence"),
         note="slab_elems=1024 makes batches with V >= 33 span several slabs.",
+    ),
+    # -- the reference's tree verification (SPEC 4c), explicit noise ---------------------------------
+    Mutant(
+        "tree_residual_not_updated",
+        "Tree verification that forgets the residual after a rejected sibling: the next sibling is tried "
+        "against p (not max(p~ - Q~, 0)), and the last token drawn from p.",
+        REFERENCE,
+        {"tree.py": [("                logpt = np.log(resid / mass) if mass > 0 else np.full(vp, -np.inf)",
+                      "                pass  # MUTANT: p~ kept")]},
+        build=TREE_BUILD,
+        killers=("certified_equivalence", "distribution_tree"),
+    ),
+    Mutant(
+        "tree_siblings_reversed",
+        "Siblings tried in decreasing node index (the last drafted first): SPEC 4c tries them in increasing "
+        "index, the order they were drawn in.",
+        REFERENCE,
+        {"tree.py": [("real = [c for c in kids[n] if 0 <= tokens[c] < vp]  # padded children are skipped",
+                      "real = [c for c in kids[n] if 0 <= tokens[c] < vp][::-1]  # MUTANT: reversed")]},
+        build=TREE_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "tree_accepts_against_q",
+        "Children drawn without replacement accepted and subtracted against the parent's Q instead of Q~ "
+        "(Q without the earlier siblings' tokens, renormalised): the iid rule applied to them.",
+        REFERENCE,
+        {"tree.py": [("logqt = _without(logq, [tokens[t] for t in tried]) if wr else logq",
+                      "logqt = logq  # MUTANT: Q, not Q~")]},
+        build=TREE_BUILD,
+        killers=("certified_equivalence", "distribution_tree"),
+    ),
+    Mutant(
+        "tree_uniform_of_parent_row",
+        "A child's acceptance uniform read from its parent's row (the chain layout of SPEC 4) instead of its "
+        "own row: siblings share one uniform.",
+        REFERENCE,
+        {"tree.py": [("u = float(row_uniforms(batch, [slab.lo + base + c])[0])",
+                      "u = float(row_uniforms(batch, [slab.lo + base + n])[0])  # MUTANT: the parent's row")]},
+        build=TREE_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "tree_row_of_depth",
+        "The node at depth d read as row cu[r] + d (a chain's layout): the level's target row, draft row and "
+        "emitted token come from the wrong node as soon as a tree branches.",
+        REFERENCE,
+        {"tree.py": [("logp_n = log_softmax64(slab.z[base + n].astype(np.float64))",
+                      "logp_n = log_softmax64(slab.z[base + level].astype(np.float64))  # MUTANT: depth as node"),
+                     ("logq = _q_row(slab, base + n) if model else None",
+                      "logq = _q_row(slab, base + level) if model else None  # MUTANT: depth as node")]},
+        build=TREE_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "tree_bonus_from_parent",
+        "An accepted leaf's bonus drawn from its parent's p (the last row that verified something) instead "
+        "of the leaf's own.",
+        REFERENCE,
+        {"tree.py": [("token, decisions = _emit(slab, r, base + n, level, logp_n, logpt, last, bool(path) and last is None)",
+                      "token, decisions = _emit(slab, r, base + n, level, logp_n if real or not path else "
+                      "log_softmax64(slab.z[base + (path[-2] if len(path) > 1 else 0)].astype(np.float64)), "
+                      "logpt, last, bool(path) and last is None)  # MUTANT: the parent's p")]},
+        build=TREE_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "tree_accepted_nodes_off_by_one",
+        "accepted_nodes reported as draft indices (node - 1) instead of local node indices.",
+        REFERENCE,
+        {"tree.py": [("        nodes[r, : len(path)] = path\n",
+                      "        nodes[r, : len(path)] = [c - 1 for c in path]  # MUTANT: off by one\n")]},
+        build=TREE_BUILD,
+        killers=("output_invariants", "certified_equivalence"),
     ),
 ]
 

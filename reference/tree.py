@@ -50,6 +50,8 @@ def _without(logq: np.ndarray, removed: list[int]) -> np.ndarray:
     out = logq.copy()
     gone = float(np.exp(logq[removed]).sum())
     out[removed] = -np.inf
+    if gone >= 1.0:  # nothing left to renormalise: a later child could not have been drawn (q~ = 0, free)
+        return np.full_like(logq, -np.inf)
     with np.errstate(divide="ignore"):
         out -= np.log1p(-min(gone, 1.0))
     return out

@@ -205,7 +205,8 @@ def decision_batches(
     trees = tree_batches(min_reqs=max(1, min_reqs), max_reqs=max(1, max_reqs), max_spec_steps=max(1, max_spec_steps),
                          vocab_sizes=tree_vocab_sizes(max_vocab, cfg["block_sizes"]),
                          tree_drafts=tree_drafts, tree_uniforms=tree_uniforms, temperatures=cfg["temperatures"],
-                         logits_dtypes=cfg["dtypes"], sampling_params=cfg["sampling_params"])
+                         logits_dtypes=cfg["dtypes"], sampling_params=cfg["sampling_params"],
+                         logit_bound=cfg["logit_bound"])
     return st.one_of(trees, _decision_batches(cfg))
 
 

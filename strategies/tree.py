@@ -13,7 +13,9 @@ Structure is drawn by Hypothesis (so it shrinks: towards one request, a star of 
   request's tree holds its argmax path most of the time), per-state sampling parameters;
 - the edges (each drawn for some batches): a sibling with `q~(x) = 0` (its token's draft logit `-inf`),
   an empty residual after the last sibling (the parent's `p` equal to its `Q` and the child's token
-  excluded by both), and, for one coin per node, the coin exactly on a bound `S_k`;
+  excluded by both), for drafts without replacement a second sibling's uniform between `p~(x) / q~(x)`
+  and `p~(x) / Q(x)` (the renormalised `Q~` decides it), and, for one coin per node, the coin exactly on
+  a bound `S_k`;
 - the explicit noise (SPEC 3c): all three fields, multiples of `2**-53`.
 
 Imports only NumPy, Hypothesis and the contract.
@@ -32,17 +34,20 @@ from rs_verify.contract.batch import LOGITS_DTYPES, SAMPLING_PARAMS, TREE_DRAFT_
 from rs_verify.contract.methods import TREE
 from rs_verify.contract.tree import children, distinct_bounds, node_probs
 
-from .logits import round_to_dtype
+from rs_verify.contract.logit_bound import checked as checked_bound
+
+from .logits import magnitude_bound, round_to_dtype
 
 __all__ = ["SHAPES", "TREE_EDGES", "tree_batches"]
 
 SHAPES = ("star", "chain", "deep", "bushy", "random")
-TREE_EDGES = ("q_zero_sibling", "empty_residual", "coin_on_bound")
+TREE_EDGES = ("q_zero_sibling", "empty_residual", "coin_on_bound", "renormalised_q")
 # Shares of the content draws (per batch): each edge is planted in about one batch in four.
 EDGE_SHARE = 0.25
 PAD_SHARE = 0.3  # a node's children followed by a padded child
 DUPLICATE_SHARE = 0.5  # one-hot trees: a sibling repeats an earlier sibling's token
 GREEDY_PATH_SHARE = 0.7  # a greedy request's child carries its parent's argmax
+RENORMALISED_SHARE = 0.75  # without replacement: batches with the second-sibling plant (besides the edge's share)
 CLOSE_SIGMA = (0.05, 1.5)  # Q's logits: p's plus Gaussian noise of this (log-uniform) scale
 
 
@@ -121,6 +126,11 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
     if model:
         sigma = np.exp(rng.uniform(*np.log(CLOSE_SIGMA), N))[:, None]
         nd = round_to_dtype((target[:, :Vd] + rng.standard_normal((N, Vd)) * sigma).astype(np.float32), dtype)
+    if cfg["logit_bound"] is not None:  # SPEC 10: every processed logit of a request within the bound
+        for r in range(R):
+            b = np.float32(magnitude_bound(dtype, float(temps[r]), cfg["logit_bound"]))
+            for rows in (target, nd) if model else (target,):
+                rows[cu[r] : cu[r + 1]] = np.clip(rows[cu[r] : cu[r + 1]], -b, b)
     tokens = np.full(N, -1, np.int64)
     tokens[cu[:-1]] = rng.integers(0, vp, R)  # the root's token: unused
     edges = set(e for e in TREE_EDGES if rng.random() < EDGE_SHARE)
@@ -133,7 +143,9 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
             j = lo + n
             toks = _child_tokens(rng, kind, target[j, :vp], None if nd is None else nd[j, :vp], temps[r], len(cs))
             if temps[r] == 0 and rng.random() < GREEDY_PATH_SHARE:
-                toks[int(rng.integers(len(cs)))] = int(np.argmax(target[j, :vp]))
+                a, at = int(np.argmax(target[j, :vp])), int(rng.integers(len(cs)))
+                if kind != "without_replacement" or a not in toks:  # siblings drawn without replacement stay distinct
+                    toks[at] = a
             if len(cs) >= 2 and rng.random() < PAD_SHARE:
                 toks[-1] = -1  # a padded child after the drawn ones
             tokens[lo + np.asarray(cs)] = toks
@@ -142,8 +154,10 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
     if "empty_residual" in edges and model:
         planted += _plant_empty_residual(rng, cu, parents, tokens, target, nd, vp, temps, params_on)
     S = R
-    params = _params(rng, S, vp, temps) if params_on else {}
+    params = _params(rng, S, vp, temps, cfg["sampling_params"]) if params_on else {}
     accept = _unit(rng, N)
+    if kind == "without_replacement" and ("renormalised_q" in edges or rng.random() < RENORMALISED_SHARE):
+        planted += _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_on, accept)
     if "coin_on_bound" in edges and cfg["tree_uniforms"] == "per_node" and not model:
         planted += _plant_coin(rng, cu, parents, tokens, target, vp, temps, params_on, accept)
     pos = np.concatenate([rng.integers(0, 2**40) + np.arange(s) for s in sizes]).astype(np.int64)
@@ -274,13 +288,56 @@ def _plant_coin(rng, cu, parents, tokens, target, vp, temps, params_on, accept) 
     return out
 
 
-def _params(rng, S, vp, temps) -> dict:
-    """Per-state sampling parameters (SPEC 2), each on for about half the states."""
+def _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_on, accept) -> list[str]:
+    """Drafts without replacement: a node's first two children get the tokens `x1` with `Q(x1) > p(x1)`
+    (rejected at a uniform near 1) and `x2` with `p(x2) > Q(x2)`, and `x2`'s uniform lies strictly between
+    `p~(x2) / q~(x2)` (SPEC 4c: rejected) and `p~(x2) / Q(x2)` (accepted by a verifier that forgets to take
+    `x1` out of `Q`), at their geometric mean. The siblings stay distinct (tokens swapped, not repeated)."""
+    if params_on:
+        return []
+    out = []
+    for r, n, real in _stochastic_parents(cu, parents, temps, tokens, vp):
+        if len(real) < 2 or rng.random() < 0.5:
+            continue
+        j, t, lo_row = int(cu[r]) + n, float(temps[r]), int(cu[r])
+        row = target[j, :vp]
+        p = node_probs(row if t == 1 else np.divide(row, np.float32(t), dtype=np.float32))
+        q = _processed_q(nd[j, :vp], t)
+        over = np.flatnonzero(q > p * (1 + 1e-6))
+        if not over.size:
+            continue
+        x1 = int(over[np.argmax(q[over] - p[over])])
+        resid = np.maximum(p - q, 0.0)
+        if resid.sum() <= 0:
+            continue
+        pt = resid / resid.sum()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lo = np.where((pt > 0) & (q > 0), pt * (1.0 - q[x1]) / q, np.inf)
+        x2 = int(np.argmin(lo))
+        hi = min(pt[x2] / q[x2], 1.0) if q[x2] > 0 else 0.0
+        if x2 == x1 or not 0 < lo[x2] < hi * (1 - 1e-6):
+            continue
+        toks = [int(tokens[lo_row + c]) for c in real]
+        for want, at in ((x1, 0), (x2, 1)):
+            if want in toks:
+                k = toks.index(want)
+                toks[k], toks[at] = toks[at], toks[k]
+            else:
+                toks[at] = want
+        tokens[lo_row + np.asarray(real)] = toks
+        accept[lo_row + real[0]] = 1.0 - 2.0**-53
+        accept[lo_row + real[1]] = np.round(np.sqrt(lo[x2] * hi) * 2.0**53) * 2.0**-53
+        out.append("second sibling's uniform between p~/q~ and p~/Q")
+    return out
+
+
+def _params(rng, S, vp, temps, allowed) -> dict:
+    """Per-state sampling parameters (SPEC 2), each on for about half the states; only those `allowed`."""
     on = rng.random((3, S)) < 0.5
     top_k = np.where(on[0], rng.integers(1, vp + 1, S), 0).astype(np.int32)
     top_p = np.where(on[1], rng.uniform(0.3, 1.0, S), 1.0).astype(np.float32)
     min_p = np.where(on[2], rng.uniform(0.0, 0.3, S), 0.0).astype(np.float32)
-    return {"top_k": top_k, "top_p": top_p, "min_p": min_p}
+    return {k: v for k, v in (("top_k", top_k), ("top_p", top_p), ("min_p", min_p)) if k in allowed}
 
 
 def tree_batches(
@@ -295,12 +352,14 @@ def tree_batches(
     temperatures: Sequence[str] = ("greedy", "one", "random"),
     logits_dtypes: Sequence[str] = LOGITS_DTYPES,
     sampling_params: Sequence[str] = (),
+    logit_bound: float | None = None,
 ) -> st.SearchStrategy[SpecBatch]:
     """Valid tree batches (SPEC 4c) with the explicit noise; see the module docstring.
 
     `tree_drafts`: the kinds drawn, some of "one_hot", "iid", "without_replacement"; `tree_uniforms`:
     "per_child" or "per_node" (then one-hot trees only: SPEC 4c); `temperatures`: some of "greedy", "one",
-    "random"; `sampling_params`: some of SPEC 2's, or none."""
+    "random"; `sampling_params`: some of SPEC 2's, or none; `logit_bound` (SPEC 10): every finite processed
+    logit, target and node draft rows alike, keeps `|z| <= logit_bound` (`strategies.logits.magnitude_bound`)."""
     kinds = tuple(k for k in TREE_DRAFT_KINDS if k in set(tree_drafts))
     if not kinds or set(tree_drafts) - set(TREE_DRAFT_KINDS):
         raise InvalidArgument(f"tree_drafts={tree_drafts!r}: some of {list(TREE_DRAFT_KINDS)}")
@@ -312,10 +371,14 @@ def tree_batches(
             raise InvalidArgument("tree_uniforms='per_node' takes one-hot trees only (SPEC 4c)")
     if not 1 <= min_reqs <= max_reqs or max_spec_steps < 1 or max_nodes < 1:
         raise InvalidArgument("need 1 <= min_reqs <= max_reqs, max_spec_steps >= 1, max_nodes >= 1")
+    try:
+        bound = checked_bound(logit_bound)
+    except ValueError as exc:
+        raise InvalidArgument(f"logit_bound={logit_bound!r}: {exc}") from None
     temps = ("greedy", "one", "random") if "mixed" in temperatures else (
         tuple(t for t in temperatures if t in ("greedy", "one", "random")) or ("one",))
     cfg = dict(min_reqs=min_reqs, max_reqs=max_reqs, max_spec_steps=max_spec_steps, max_nodes=max_nodes,
                vocab_sizes=tuple(int(v) for v in vocab_sizes), tree_drafts=kinds, tree_uniforms=tree_uniforms,
                temperatures=temps, dtypes=tuple(logits_dtypes),
-               sampling_params=tuple(p for p in SAMPLING_PARAMS if p in set(sampling_params)))
+               sampling_params=tuple(p for p in SAMPLING_PARAMS if p in set(sampling_params)), logit_bound=bound)
     return _tree_batches(cfg)

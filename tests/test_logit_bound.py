@@ -133,6 +133,30 @@ def test_spec_batches_keep_every_finite_processed_logit_within_the_bound(pair):
     assert beyond(batch, bound) is None
 
 
+@FAST
+@given(st.sampled_from(BOUNDS[:3]).flatmap(lambda b: st.tuples(st.just(b), decision_batches(
+    logit_bound=b, max_vocab=65, verifications=("token", "tree"), sampling_params=ALL_PARAMS, streams="explicit",
+    tree_drafts=("one_hot", "iid", "without_replacement")))))
+def test_tree_batches_keep_every_finite_processed_logit_within_the_bound(pair):
+    """Target and node draft rows of tree batches (SPEC 4c) alike; the bounds are below what the tree
+    strategy draws without one (|z| up to about 6 * 4 / 0.25), so the clip is exercised."""
+    bound, batch = pair
+    validate(batch)
+    assert beyond(batch, bound) is None
+
+
+def test_a_node_draft_logit_beyond_the_bound_is_found_and_clamped():
+    batch = find(decision_batches(max_vocab=17, verifications=("tree",), tree_drafts=("iid",), streams="explicit"),
+                 lambda b: b.node_draft_logits is not None and np.isfinite(b.node_draft_logits).any(), settings=FIND)
+    nd = np.array(batch.node_draft_logits, np.float32)
+    nd[np.isfinite(nd)] = 5.0
+    wide = batch.replace(target_logits=np.clip(batch.target_logits, -0.5, 0.5).astype(np.float32),
+                         node_draft_logits=nd, temperature=np.ones_like(batch.temperature))
+    assert "node draft row" in beyond(wide, 1.0)
+    fitted = clamped(wide, 1.0)
+    assert beyond(fitted, 1.0) is None and np.array_equal(np.isinf(fitted.node_draft_logits), np.isinf(nd))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_within_a_bound_masked_logits_and_the_bound_itself_are_drawn(family):
     """Not an empty promise: -inf logits are still drawn, and a processed logit at the bound is."""

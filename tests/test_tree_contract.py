@@ -9,6 +9,7 @@ from rs_verify.contract.chunking import verify_chunked
 from rs_verify.contract.tree import node_probs
 from rs_verify.contract.validation import validate
 from rs_verify.reference import ReferenceSampler
+from reference.trace import FREE
 from rs_verify.strategies import tree_batches
 
 REF = ReferenceSampler(streams="explicit")
@@ -142,6 +143,18 @@ def test_without_replacement_removes_the_tried_siblings_from_q():
     r /= r.sum()
     want = np.log(r[2]) - np.log(q[2] / (1 - q[1])) - np.log(2.0**-52)
     assert acc[1].margin == pytest.approx(want, rel=1e-12)
+
+
+def test_a_sibling_after_q_is_exhausted_is_free_and_leaves_the_residual():
+    """Without replacement, a child after its siblings took all of Q's mass has q~ = 0 (0 / 0 renormalised):
+    its test is free (SPEC 4c) and, rejected, it leaves p~ as it was: no NaN reaches the emitted token."""
+    nd = np.array([[1.0, -np.inf, -np.inf]] + [[0.0, 0.0, 0.0]] * 2, np.float32)
+    b = tree([[-1, 0, 0]], [[0, 0, 1]], v=3, model=True, kind="without_replacement", node_draft_logits=nd,
+             accept_uniforms=np.array([0.5, 1 - 2.0**-52, 0.5]))
+    out, traces = REF.verify_with_trace(b)
+    acc = [d for d in traces[0].decisions if d.kind == "accept"]
+    assert acc[0].accepted is False and acc[1].what == FREE and acc[1].margin == np.inf
+    assert not any(np.isnan(d.margin) for d in traces[0].decisions if d.margin is not None)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -23,6 +23,7 @@ SGLANG_CHAIN = ("sglang/kernels/ops/speculative/reject_sampling.py", "sglang/srt
 LMDEPLOY_KERNELS = "lmdeploy/pytorch/kernels/cuda/rejection_sampling.py"
 LMDEPLOY_DEFAULT = "lmdeploy/pytorch/backends/default/rejection_sampling.py"
 TRANSFORMERS_UTILS = "transformers/generation/utils.py"
+EAGLE_UTILS = "eagle/model/utils.py"  # the distribution eagle-llm installs the package eagle
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ ADAPTERS: tuple[Offer, ...] = (
     Offer("rs_verify.adapters.hf_transformers:TransformersSampler", "transformers",
           ((TRANSFORMERS_UTILS, "def _speculative_sampling("),),
           "this transformers has no _speculative_sampling (transformers/generation/utils.py)"),
+    Offer("rs_verify.adapters.eagle:EagleSampler", "eagle-llm",
+          ((EAGLE_UTILS, "def evaluate_posterior("), (EAGLE_UTILS, "random.random()")),
+          "this eagle-llm has no tree verification that draws random.random() (evaluate_posterior in "
+          "eagle/model/utils.py)"),
 )
 
 

@@ -92,7 +92,8 @@ def raw_limit(dtype: str, temperature, bound: float) -> float:
 
 
 def _rows(batch: SpecBatch):
-    """`(request, what, raw rows, T)` for every request: its target rows and its state's draft rows."""
+    """`(request, what, raw rows, state, T)` for every request: its target rows and its state's draft rows
+    (a tree batch: its nodes' `node_draft_logits` rows, SPEC 4c)."""
     cu = np.asarray(batch.cu_num_logits, np.int64)
     idx = np.asarray(batch.idx_mapping, np.int64)
     temps = np.asarray(batch.temperature, np.float32)
@@ -101,6 +102,8 @@ def _rows(batch: SpecBatch):
         yield r, "target", slice(int(cu[r]), int(cu[r + 1])), s, temps[s]
         if batch.draft_logits is not None:
             yield r, "draft", s, s, temps[s]
+        if getattr(batch, "node_draft_logits", None) is not None:
+            yield r, "node_draft", slice(int(cu[r]), int(cu[r + 1])), s, temps[s]
 
 
 def beyond(batch: SpecBatch, bound: float | None) -> str | None:
@@ -108,13 +111,14 @@ def beyond(batch: SpecBatch, bound: float | None) -> str | None:
     if bound is None:
         return None
     for r, what, sel, s, t in _rows(batch):
-        x = np.asarray(batch.target_logits if what == "target" else batch.draft_logits)[sel]
+        x = np.asarray(getattr(batch, f"{what}_logits"))[sel]
         with np.errstate(over="ignore"):
             z = process(x, t)
         over = np.isfinite(z) & (np.abs(z) > bound)
         if over.any():
             at = tuple(int(i) for i in np.argwhere(over)[0])
-            where = (f"target row {sel.start + at[0]}" if what == "target" else f"draft_logits[{s}, {at[0]}]")
+            where = (f"draft_logits[{s}, {at[0]}]" if what == "draft" else
+                     f"{what.replace('_', ' ')} row {sel.start + at[0]}")
             return (f"request {r}: {where}, token {at[1]}: processed logit {float(z[at]):.6g} "
                     f"(raw {float(x[at]):.6g}, T = {float(t):g}) beyond logit_bound {bound:g}")
     return None
@@ -127,9 +131,11 @@ def clamped(batch: SpecBatch, bound: float | None) -> SpecBatch:
         return batch
     target = np.array(batch.target_logits, np.float32)
     draft = None if batch.draft_logits is None else np.array(batch.draft_logits, np.float32)
+    nodes = None if getattr(batch, "node_draft_logits", None) is None else np.array(batch.node_draft_logits, np.float32)
     for _, what, sel, _, t in _rows(batch):
-        arr = target if what == "target" else draft
+        arr = {"target": target, "draft": draft, "node_draft": nodes}[what]
         limit = np.float32(raw_limit(batch.logits_dtype, t, bound))
         x = arr[sel]
         arr[sel] = np.where(np.isfinite(x), np.clip(x, -limit, limit), x)
-    return batch.replace(target_logits=target, draft_logits=draft)
+    extra = {} if nodes is None else {"node_draft_logits": nodes}
+    return batch.replace(target_logits=target, draft_logits=draft, **extra)

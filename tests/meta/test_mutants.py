@@ -96,6 +96,26 @@ def test_fast_subset_is_killed(name):
     assert cell.symbol == matrix.KILLED, f"{name}: {prop} crashed instead of failing: {cell.message}"
 
 
+# The tree verifier's mutants (SPEC 4c, the reference's tree.py under the explicit family), each killed in
+# process at the ci profile's own budget by certification (0.4 s to 10 s each on an idle core).
+TREE_MUTANTS = ("tree_residual_not_updated", "tree_siblings_reversed", "tree_accepts_against_q",
+                "tree_uniform_of_parent_row", "tree_row_of_depth", "tree_bonus_from_parent",
+                "tree_accepted_nodes_off_by_one")
+
+
+@pytest.mark.parametrize("name", TREE_MUTANTS)
+def test_tree_mutants_are_killed_at_ci(name):
+    res = mutate.run_mutant(CATALOGUE, name, profile="ci", properties=["certified_equivalence"],
+                            phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    assert not res.load_error, res.load_error
+    (cell,) = res.cells
+    assert cell.symbol == matrix.KILLED, f"{name} survived certified_equivalence at ci: {cell}"
+
+
+def test_tree_mutants_cover_the_catalogue():
+    assert sorted(TREE_MUTANTS) == sorted(m.name for m in MUTANTS if m.name.startswith("tree_"))
+
+
 def test_fast_subset_covers_the_catalogue():
     by_name = {m.name: m for m in MUTANTS}
     for name, (prop, _) in FAST_SUBSET.items():
