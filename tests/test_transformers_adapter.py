@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from rs_verify.adapters import hf_transformers
+from rs_verify.adapters import per_request
 from rs_verify.adapters.hf_transformers import TransformersSampler
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.engine.runner import make_context, run
@@ -101,10 +101,10 @@ def test_the_laws_handed_over_are_p_and_q():
 
 @pytest.mark.parametrize("mistake", ["swap_pq", "lost_temperature"])
 def test_a_convention_mistake_is_caught(mistake, monkeypatch):
-    arguments = TransformersSampler.arguments
+    arguments, batch = TransformersSampler.arguments, _batch()
 
-    def wrong(self, batch, prep, r):
-        a = arguments(self, batch, prep, r)
+    def wrong(self, prepared, prep, r):
+        a = arguments(self, prepared, prep, r)
         n = a["candidate_length"]
         if mistake == "swap_pq":
             new = a["new_logits"].clone()
@@ -118,7 +118,7 @@ def test_a_convention_mistake_is_caught(mistake, monkeypatch):
         return a
 
     monkeypatch.setattr(TransformersSampler, "arguments", wrong)
-    calls, batch = [], _batch()
+    calls = []
     TransformersSampler(speculative_sampling=fake_speculative_sampling(calls))(batch)
     with pytest.raises(AssertionError):
         _check_laws(batch, calls)
@@ -130,7 +130,7 @@ def test_a_changed_calling_convention_is_refused_by_name():
 
     with pytest.raises(TypeError, match=r"does not know: \['generator'\]"):
         TransformersSampler(speculative_sampling=newer)
-    assert hf_transformers.request_seed(2**64 - 1, 3) == hf_transformers.request_seed(-1, 3)
+    assert per_request.request_seed(2**64 - 1, 3) == per_request.request_seed(-1, 3)
 
 
 @pytest.mark.parametrize("name", ["determinism", "batch_invariance"])
