@@ -23,6 +23,8 @@ SGLANG_CHAIN = ("sglang/kernels/ops/speculative/reject_sampling.py", "sglang/srt
 LMDEPLOY_KERNELS = "lmdeploy/pytorch/kernels/cuda/rejection_sampling.py"
 LMDEPLOY_DEFAULT = "lmdeploy/pytorch/backends/default/rejection_sampling.py"
 TRANSFORMERS_UTILS = "transformers/generation/utils.py"
+KERAS_HUB_SPECULATIVE = "keras_hub/src/samplers/speculative_sampler.py"
+SGLANG_DSPARK = "sglang/kernels/ops/speculative/dspark/blockwise_rejection.py"
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,15 @@ ADAPTERS: tuple[Offer, ...] = (
     Offer("rs_verify.adapters.hf_transformers:TransformersSampler", "transformers",
           ((TRANSFORMERS_UTILS, "def _speculative_sampling("),),
           "this transformers has no _speculative_sampling (transformers/generation/utils.py)"),
+    Offer("rs_verify.adapters.keras_hub:KerasHubSampler", "keras-hub",
+          ((KERAS_HUB_SPECULATIVE, "class SpeculativeSampler("),),
+          "this keras-hub has no SpeculativeSampler (keras_hub/src/samplers/speculative_sampler.py)"),
+    Offer("rs_verify.adapters.sglang_dspark:DsparkTritonSampler", "sglang",
+          ((SGLANG_DSPARK, "def blockwise_rejection_triton("),),
+          "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)"),
+    Offer("rs_verify.adapters.sglang_dspark:DsparkTorchSampler", "sglang",
+          ((SGLANG_DSPARK, "def blockwise_rejection_torch("),),
+          "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)"),
 )
 
 
