@@ -34,6 +34,7 @@ class Offer:
     needs: tuple[tuple[str | tuple[str, ...], str], ...]  # (file or alternatives, text it holds or "")
     missing: str  # why a release without `needs` cannot have the adapter
     refuses: tuple[tuple[str, str, str], ...] = ()  # (file, text, why): the release has a mode the adapter refuses
+    cuda_only: str = ""  # why the adapter cannot run without a CUDA device ("": it can)
 
 
 ADAPTERS: tuple[Offer, ...] = (
@@ -67,7 +68,9 @@ ADAPTERS: tuple[Offer, ...] = (
           "this keras-hub has no SpeculativeSampler (keras_hub/src/samplers/speculative_sampler.py)"),
     Offer("rs_verify.adapters.sglang_dspark:DsparkTritonSampler", "sglang",
           ((SGLANG_DSPARK, "def blockwise_rejection_triton("),),
-          "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)"),
+          "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)",
+          cuda_only="its resample kernel calls libdevice.log1p, which Triton's interpreter does not implement: "
+                    "it runs on a CUDA device only"),
     Offer("rs_verify.adapters.sglang_dspark:DsparkTorchSampler", "sglang",
           ((SGLANG_DSPARK, "def blockwise_rejection_torch("),),
           "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)"),
@@ -95,9 +98,10 @@ def _holds(site: Path, files: str | tuple[str, ...], text: str) -> Path | None:
     return None
 
 
-def offered(package: str, site: Path) -> list[tuple[str, str | None]]:
+def offered(package: str, site: Path, cuda: bool | None = None) -> list[tuple[str, str | None]]:
     """(adapter, None) for each adapter the release installed at `site` supports, (adapter, why) for
-    each it cannot have; [] for a package no adapter gates."""
+    each it cannot have; [] for a package no adapter gates. `cuda`: whether the gate has a CUDA
+    device (None: asked of torch when an offer needs one)."""
     out = []
     for offer in ADAPTERS:
         if normalise(offer.package) != normalise(package):
@@ -107,5 +111,11 @@ def offered(package: str, site: Path) -> list[tuple[str, str | None]]:
             if _holds(site, rel, text):
                 why = reason
                 break
+        if why is None and offer.cuda_only:
+            if cuda is None:
+                from ..harness import device
+
+                cuda = device.cuda_available()
+            why = None if cuda else offer.cuda_only
         out.append((offer.adapter, why))
     return out

@@ -169,13 +169,18 @@ class _DsparkSampler:
 
 
 class DsparkTritonSampler(_DsparkSampler):
-    """DSpark's `blockwise_rejection_triton` (module docstring); interpreted on a CPU."""
+    """DSpark's `blockwise_rejection_triton` (module docstring): on a CUDA device (its resample
+    kernel calls `libdevice.log1p`, which Triton's interpreter does not implement), or given
+    `rejection=` (a fake) on a CPU."""
 
     name = "sglang-dspark-triton"
     FUNCTION = "blockwise_rejection_triton"
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        if self.device.type != "cuda" and kwargs.get("rejection") is None:
+            raise RuntimeError("DSpark's blockwise_rejection_triton runs on a CUDA device only: its resample kernel "
+                               "calls libdevice.log1p, which Triton's interpreter does not implement")
         self.interpreted = self.device.type != "cuda"
 
 
@@ -185,6 +190,9 @@ class DsparkTorchSampler(_DsparkSampler):
     name = "sglang-dspark-torch"
     FUNCTION = "blockwise_rejection_torch"
     interpreted = False
+    # SPEC 11, measured on 0.5.23 (docs/engines.md): an empty residual leaves every score -inf and
+    # argmax returns token 0, whatever p is.
+    deviations = frozenset({"empty_residual_token0"})
 
     def verify(self, a: dict, prep, r: int, key: int) -> list[int]:
         if int(prep.drafts[r]) == 0:  # its draft axis is empty: the adapter samples p (module docstring)
