@@ -113,7 +113,7 @@ def offered(package: str, site: Path, cuda: bool | None = None) -> list[tuple[st
                 break
         if why is None and offer.cuda_only:
             if cuda is None:
-                from ..harness import device
+                from ..harness import device  # lazy: torch is imported only when an offer needs CUDA
 
                 cuda = device.cuda_available()
             why = None if cuda else offer.cuda_only

@@ -73,7 +73,7 @@ def load_keras_hub():
     """keras-hub's `SpeculativeSampler` class, on Keras's torch backend."""
     os.environ.setdefault("KERAS_BACKEND", "torch")
     try:
-        import keras
+        import keras  # lazy: after KERAS_BACKEND is set, and only when the library is loaded
     except ImportError as exc:
         raise ImportError(f"rs_verify.adapters.keras_hub needs keras (keras-hub 0.32.0 installs it): {exc}") from exc
     if keras.config.backend() != "torch":
