@@ -138,3 +138,13 @@ def test_seeded_per_request_through_the_gate(name, reference):
     outcome = run(PROPERTIES[name], make_context(TransformersSampler(speculative_sampling=fake_speculative_sampling()),
                                                  reference, profile="ci"))
     assert outcome.status == "passed", outcome.failure.text() if outcome.failure else outcome.reason
+
+
+def test_the_adapters_own_draw_stays_on_the_support_and_in_bounds():
+    """per_request.sample_p: a request with no draft. Never a token of probability 0; a NaN law
+    (bad input without validation) still gives a token in [0, V'), not an exception."""
+    gen = torch.Generator().manual_seed(5)
+    p = torch.tensor([0.0, 0.25, 0.0, 0.75, 0.0])
+    drawn = [per_request.sample_p(p, gen) for _ in range(400)]
+    assert set(drawn) == {1, 3} and 0.6 < drawn.count(3) / 400 < 0.9  # 0.75: 400 draws, sd 0.022
+    assert 0 <= per_request.sample_p(torch.full((4,), float("nan")), gen) < 4

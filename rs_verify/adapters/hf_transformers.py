@@ -36,7 +36,7 @@ What the adapter does in transformers' place (docs/engines.md):
   (`explicit_inputs.greedy_tokens`), so greedy decisions gate the adapter.
 - A request with no draft (`candidate_length = 0` has no meaning to `_speculative_sampling`:
   `candidate_input_ids[:, -0:]` is the whole sequence) is sampled as transformers' plain
-  sampling step does, `torch.multinomial(softmax(z))`, drawn by the adapter.
+  sampling step does (`softmax(z)`), drawn by the adapter (`per_request.sample_p`).
 - One-hot drafts (prompt lookup) are verified inline in `_assisted_decoding` (sample `p`, keep the
   candidates that match), not by `_speculative_sampling`: `draft_modes = {"model"}`.
 """
@@ -53,7 +53,7 @@ from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..contract.validation import check_layout, validate
 from . import explicit_inputs
-from .per_request import one_thread, request_seed, seeded_cpu
+from .per_request import one_thread, request_seed, sample_p, seeded_cpu
 
 MODULE = "transformers.generation.utils"
 FUNCTION = "_speculative_sampling"
@@ -166,7 +166,7 @@ class TransformersSampler:
     def verify(self, a: dict, prep, r: int) -> list[int]:
         n = int(prep.drafts[r])
         if n == 0:  # transformers' plain sampling step
-            return [int(torch.multinomial(prep.p[int(prep.rows[r])], num_samples=1))]
+            return [sample_p(prep.p[int(prep.rows[r])])]
         valid, n_matches = self.fn(**self.arguments(a, prep, r))
         toks = valid.reshape(-1).tolist()
         if not 0 <= int(n_matches) <= n or len(toks) != int(n_matches) + 1:

@@ -54,7 +54,7 @@ from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..contract.validation import check_layout, validate
 from . import explicit_inputs, hollow
-from .per_request import one_thread, request_seed, seeded_cpu
+from .per_request import one_thread, request_seed, sample_p, seeded_cpu
 
 MODULE = "keras_hub.src.samplers.speculative_sampler"
 CLASS = "SpeculativeSampler"
@@ -151,7 +151,7 @@ class KerasHubSampler:
                     continue
                 if n == 0:
                     seed_cpu(key)
-                    tokens.append([int(torch.multinomial(prep.p[lo], 1))])
+                    tokens.append([sample_p(prep.p[lo])])
                     continue
                 t = 1.0 if prep.greedy[r] else float(temps[r])
                 tokens.append(self.verify(self.sampler(n, bool(prep.greedy[r])), key, t, ids[lo : lo + n + 1],

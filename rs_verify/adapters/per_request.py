@@ -12,6 +12,11 @@ call costs besides the library's own work decides whether the campaigns finish:
   CUDA is initialised, queues a call with its formatted stack for each (about 0.3 ms a call, and
   a queue that grows with every call): the CPU generator alone is what these libraries draw from
   on a CPU tensor;
+- `sample_p`: the adapter's own draw of a request with no draft (the libraries' plain sampling
+  step, which their verification functions do not take): the inverse CDF of `p` with one uniform,
+  never a token of probability 0 and always in `[0, V')`, also for a `p` that bad input without
+  validation made NaN (`torch.multinomial` raises there: an exception of the adapter, not of the
+  library under test);
 - `one_thread`: torch's intra-op threads set to one during the loop. Tensors of a few hundred
   elements gain nothing from a thread pool, and on a loaded 2-core machine waking it cost 0.7 ms
   per `softmax` of a `[1, 3, 16]` tensor instead of 8 us (measured with `torch.get_num_threads()`
@@ -52,3 +57,10 @@ def seeded_cpu():
         yield gen.manual_seed
     finally:
         gen.set_state(saved)
+
+
+def sample_p(p: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """A token drawn from the 1-D law `p` by its inverse CDF (module docstring)."""
+    c = torch.cumsum(p.to(torch.float64), 0)
+    u = torch.rand((), dtype=torch.float64, generator=generator) * c[-1]
+    return min(int(torch.searchsorted(c, u, right=True)), p.numel() - 1)

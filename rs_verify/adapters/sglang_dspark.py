@@ -50,7 +50,7 @@ from ..contract.chunking import empty_output
 from ..contract.validation import check_layout, validate
 from ..harness import device as backend
 from . import explicit_inputs
-from .per_request import one_thread, request_seed
+from .per_request import one_thread, request_seed, sample_p
 
 MODULE = "sglang.kernels.ops.speculative.dspark.blockwise_rejection"
 PARAMETERS = ("candidates", "target_logits", "draft_logits", "target_temperatures", "draft_temperatures", "noise")
@@ -199,5 +199,5 @@ class DsparkTorchSampler(_DsparkSampler):
             gen = torch.Generator(device=self.device)
             gen.manual_seed(key)
             lo = int(prep.rows[r])
-            return [int(torch.multinomial(prep.p[lo], 1, generator=gen))]
+            return [sample_p(prep.p[lo], gen)]
         return super().verify(a, prep, r, key)
