@@ -248,6 +248,33 @@ def test_a_requirement_without_a_wheel_here_is_left_out_and_the_rest_resolved(tm
     assert found.left_out["rsnowheel"].startswith("no wheel for this machine") and "rsfakewin" not in found.left_out
 
 
+def test_a_catalogue_leave_out_keeps_a_direct_requirement_and_what_it_pulls_in_out(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = _wheel(wheels, requires=["rsfakedep", "rsfakeheavy"])
+    _wheel(wheels, name="rsfakedep")
+    _wheel(wheels, name="rsfakeheavy", requires=["rsfakeheavydep"])
+    _wheel(wheels, name="rsfakeheavydep")
+    found = resolve.resolve(str(wheel), downloads=tmp_path / "dl", find_links=str(wheels), no_index=True,
+                            leave_out={"RsFakeHeavy": "not the sampler's"})
+    assert found.error is None and found.pins == ("rsfakedep==1.0",)
+    assert found.left_out["rsfakeheavy"] == "not the sampler's" and "rsfakeheavydep" not in found.left_out
+    cat = tmp_path / "releases.toml"
+    cat.write_text('["rsfakelib==1.0"]\nleave_out = { rsfakeheavy = "not the sampler\'s" }\n')
+    assert catalogue.load_catalogue(cat)["rsfakelib==1.0"].leave_out == {"rsfakeheavy": "not the sampler's"}
+
+
+def test_a_cuda_only_offer_is_skipped_without_cuda(tmp_path):
+    site = tmp_path / "site"
+    dspark = site / discovery.SGLANG_DSPARK
+    dspark.parent.mkdir(parents=True)
+    dspark.write_text("def blockwise_rejection_triton(\ndef blockwise_rejection_torch(\n")
+    found = dict(discovery.offered("sglang", site, cuda=False))
+    assert "libdevice.log1p" in found["rs_verify.adapters.sglang_dspark:DsparkTritonSampler"]
+    assert found["rs_verify.adapters.sglang_dspark:DsparkTorchSampler"] is None
+    assert dict(discovery.offered("sglang", site, cuda=True))["rs_verify.adapters.sglang_dspark:DsparkTritonSampler"] is None
+
+
 def test_discovery_reads_the_installed_files(tmp_path):
     site = tmp_path / "site"
     mrv2 = site / discovery.VLLM_MRV2

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from rs_verify.adapters import hf_transformers
+from rs_verify.adapters import per_request
 from rs_verify.adapters.hf_transformers import TransformersSampler
 from rs_verify.contract.batch import SpecBatch
 from rs_verify.engine.runner import make_context, run
@@ -101,10 +101,10 @@ def test_the_laws_handed_over_are_p_and_q():
 
 @pytest.mark.parametrize("mistake", ["swap_pq", "lost_temperature"])
 def test_a_convention_mistake_is_caught(mistake, monkeypatch):
-    arguments = TransformersSampler.arguments
+    arguments, batch = TransformersSampler.arguments, _batch()
 
-    def wrong(self, batch, prep, r):
-        a = arguments(self, batch, prep, r)
+    def wrong(self, prepared, prep, r):
+        a = arguments(self, prepared, prep, r)
         n = a["candidate_length"]
         if mistake == "swap_pq":
             new = a["new_logits"].clone()
@@ -118,7 +118,7 @@ def test_a_convention_mistake_is_caught(mistake, monkeypatch):
         return a
 
     monkeypatch.setattr(TransformersSampler, "arguments", wrong)
-    calls, batch = [], _batch()
+    calls = []
     TransformersSampler(speculative_sampling=fake_speculative_sampling(calls))(batch)
     with pytest.raises(AssertionError):
         _check_laws(batch, calls)
@@ -130,7 +130,7 @@ def test_a_changed_calling_convention_is_refused_by_name():
 
     with pytest.raises(TypeError, match=r"does not know: \['generator'\]"):
         TransformersSampler(speculative_sampling=newer)
-    assert hf_transformers.request_seed(2**64 - 1, 3) == hf_transformers.request_seed(-1, 3)
+    assert per_request.request_seed(2**64 - 1, 3) == per_request.request_seed(-1, 3)
 
 
 @pytest.mark.parametrize("name", ["determinism", "batch_invariance"])
@@ -138,3 +138,13 @@ def test_seeded_per_request_through_the_gate(name, reference):
     outcome = run(PROPERTIES[name], make_context(TransformersSampler(speculative_sampling=fake_speculative_sampling()),
                                                  reference, profile="ci"))
     assert outcome.status == "passed", outcome.failure.text() if outcome.failure else outcome.reason
+
+
+def test_the_adapters_own_draw_stays_on_the_support_and_in_bounds():
+    """per_request.sample_p: a request with no draft. Never a token of probability 0; a NaN law
+    (bad input without validation) still gives a token in [0, V'), not an exception."""
+    gen = torch.Generator().manual_seed(5)
+    p = torch.tensor([0.0, 0.25, 0.0, 0.75, 0.0])
+    drawn = [per_request.sample_p(p, gen) for _ in range(400)]
+    assert set(drawn) == {1, 3} and 0.6 < drawn.count(3) / 400 < 0.9  # 0.75: 400 draws, sd 0.022
+    assert 0 <= per_request.sample_p(torch.full((4,), float("nan")), gen) < 4

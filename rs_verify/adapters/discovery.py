@@ -24,6 +24,8 @@ LMDEPLOY_KERNELS = "lmdeploy/pytorch/kernels/cuda/rejection_sampling.py"
 LMDEPLOY_DEFAULT = "lmdeploy/pytorch/backends/default/rejection_sampling.py"
 TRANSFORMERS_UTILS = "transformers/generation/utils.py"
 EAGLE_UTILS = "eagle/model/utils.py"  # the distribution eagle-llm installs the package eagle
+KERAS_HUB_SPECULATIVE = "keras_hub/src/samplers/speculative_sampler.py"
+SGLANG_DSPARK = "sglang/kernels/ops/speculative/dspark/blockwise_rejection.py"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Offer:
     needs: tuple[tuple[str | tuple[str, ...], str], ...]  # (file or alternatives, text it holds or "")
     missing: str  # why a release without `needs` cannot have the adapter
     refuses: tuple[tuple[str, str, str], ...] = ()  # (file, text, why): the release has a mode the adapter refuses
+    cuda_only: str = ""  # why the adapter cannot run without a CUDA device ("": it can)
 
 
 ADAPTERS: tuple[Offer, ...] = (
@@ -65,6 +68,17 @@ ADAPTERS: tuple[Offer, ...] = (
           ((EAGLE_UTILS, "def evaluate_posterior("), (EAGLE_UTILS, "random.random()")),
           "this eagle-llm has no tree verification that draws random.random() (evaluate_posterior in "
           "eagle/model/utils.py)"),
+    Offer("rs_verify.adapters.keras_hub:KerasHubSampler", "keras-hub",
+          ((KERAS_HUB_SPECULATIVE, "class SpeculativeSampler("),),
+          "this keras-hub has no SpeculativeSampler (keras_hub/src/samplers/speculative_sampler.py)"),
+    Offer("rs_verify.adapters.sglang_dspark:DsparkTritonSampler", "sglang",
+          ((SGLANG_DSPARK, "def blockwise_rejection_triton("),),
+          "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)",
+          cuda_only="its resample kernel calls libdevice.log1p, which Triton's interpreter does not implement: "
+                    "it runs on a CUDA device only"),
+    Offer("rs_verify.adapters.sglang_dspark:DsparkTorchSampler", "sglang",
+          ((SGLANG_DSPARK, "def blockwise_rejection_torch("),),
+          "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)"),
 )
 
 
@@ -89,9 +103,10 @@ def _holds(site: Path, files: str | tuple[str, ...], text: str) -> Path | None:
     return None
 
 
-def offered(package: str, site: Path) -> list[tuple[str, str | None]]:
+def offered(package: str, site: Path, cuda: bool | None = None) -> list[tuple[str, str | None]]:
     """(adapter, None) for each adapter the release installed at `site` supports, (adapter, why) for
-    each it cannot have; [] for a package no adapter gates."""
+    each it cannot have; [] for a package no adapter gates. `cuda`: whether the gate has a CUDA
+    device (None: asked of torch when an offer needs one)."""
     out = []
     for offer in ADAPTERS:
         if normalise(offer.package) != normalise(package):
@@ -101,5 +116,11 @@ def offered(package: str, site: Path) -> list[tuple[str, str | None]]:
             if _holds(site, rel, text):
                 why = reason
                 break
+        if why is None and offer.cuda_only:
+            if cuda is None:
+                from ..harness import device  # lazy: torch is imported only when an offer needs CUDA
+
+                cuda = device.cuda_available()
+            why = None if cuda else offer.cuda_only
         out.append((offer.adapter, why))
     return out

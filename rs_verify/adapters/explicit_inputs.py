@@ -57,12 +57,14 @@ def effective_drafts(batch: SpecBatch) -> np.ndarray:
     vp = batch.effective_vocab_size
     cu = np.asarray(batch.cu_num_logits, np.int64)
     ids = np.asarray(batch.draft_token_ids, np.int64)
-    out = np.empty(batch.num_reqs, np.int64)
-    for r in range(batch.num_reqs):
-        d = ids[cu[r] + 1 : cu[r + 1]]
-        bad = np.flatnonzero((d < 0) | (d >= vp))
-        out[r] = bad[0] if bad.size else d.size
-    return out
+    n = np.diff(cu) - 1  # the slots of each request's drafts: cu[r] + 1 ... cu[r + 1] - 1
+    if ids.size == 0 or n.size == 0:
+        return np.maximum(n, 0)
+    slot = np.arange(ids.size) - np.repeat(cu[:-1] + 1, np.diff(cu))  # draft index of each row's id, -1 at slot 0
+    bad = ((ids < 0) | (ids >= vp)) & (slot >= 0)
+    first = np.full(n.size, np.iinfo(np.int64).max)
+    np.minimum.at(first, np.repeat(np.arange(n.size), np.diff(cu))[bad], slot[bad])
+    return np.maximum(np.minimum(n, first), 0)
 
 
 @dataclass
@@ -91,16 +93,15 @@ def prepare(batch: SpecBatch, device) -> Prepared:
     p = torch.softmax(z, dim=-1)
     drafts = effective_drafts(batch)
     q = torch.zeros((batch.num_reqs, k, vp), dtype=torch.float32)
-    ids = np.asarray(batch.draft_token_ids, np.int64)
-    for r in np.flatnonzero(~greedy):
-        n = int(drafts[r])
-        if n == 0:
-            continue
-        if batch.draft_logits is None:  # one-hot drafts: q is a point mass at the draft
-            q[r, torch.arange(n), torch.from_numpy(ids[cu[r] + 1 : cu[r] + 1 + n].copy())] = 1.0
-        else:
-            d = torch.from_numpy(np.array(batch.draft_logits[states[r], :n, :vp], np.float32))
-            q[r, :n] = torch.softmax(d / t_div[r], dim=-1)
+    live = np.arange(k)[None, :] < np.where(greedy, 0, drafts)[:, None]  # [R, K]: each request's drafts
+    reqs = np.flatnonzero(live.any(axis=1))
+    if reqs.size and batch.draft_logits is None:  # one-hot drafts: q is a point mass at the draft
+        r, i = np.nonzero(live)
+        q[torch.from_numpy(r), torch.from_numpy(i), torch.from_numpy(np.asarray(batch.draft_token_ids, np.int64)[cu[r] + 1 + i])] = 1.0
+    elif reqs.size:  # one softmax over every request's rows (row-wise: as one request at a time)
+        d = torch.from_numpy(np.array(np.asarray(batch.draft_logits)[states[reqs], :k, :vp], np.float32))
+        law = torch.softmax(d / t_div[torch.from_numpy(reqs)][:, None, None], dim=-1)
+        q[torch.from_numpy(reqs)] = torch.where(torch.from_numpy(live[reqs])[:, :, None], law, 0.0)  # 0 past drafts
     return Prepared(vocab=vp, rows=cu[:-1], drafts=drafts, greedy=greedy, z=z, p=p, q=q.to(device))
 
 

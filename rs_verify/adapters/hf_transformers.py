@@ -25,16 +25,18 @@ What the adapter does in transformers' place (docs/engines.md):
   request with `new_logits = z = fp32(x) / T` (SPEC 2; transformers' `TemperatureLogitsWarper`)
   over `[0, V')` and `candidate_logits = d / T` (the assistant's processed scores), the request's
   drafts up to its first padded one (SPEC 3c) as the last `n` ids of `candidate_input_ids`.
-- Before each call it seeds torch's global generator from the request's state seed and the
-  position of its first row (`request_seed`), inside `torch.random.fork_rng` (the caller's
-  generator state is restored): the same request gets the same draws in any batch, chunk or
-  order, as a user's `set_seed` makes one `generate` call reproducible.
+- Before each call it seeds torch's global CPU generator from the request's state seed and the
+  position of its first row (`per_request.request_seed`; the caller's generator state is restored
+  after the batch): the same request gets the same draws in any batch, chunk or order, as a
+  user's `set_seed` makes one `generate` call reproducible. The loop runs on one torch thread
+  with each call's tensors views of the batch's, prepared once (`rs_verify.adapters.per_request`:
+  a distribution campaign at `ci` is 200,000 calls).
 - Greedy requests: transformers compares `new_logits.argmax` with the candidates in
   `_assisted_decoding` itself (no function to call): the adapter does it
   (`explicit_inputs.greedy_tokens`), so greedy decisions gate the adapter.
 - A request with no draft (`candidate_length = 0` has no meaning to `_speculative_sampling`:
   `candidate_input_ids[:, -0:]` is the whole sequence) is sampled as transformers' plain
-  sampling step does, `torch.multinomial(softmax(z))`, drawn by the adapter.
+  sampling step does (`softmax(z)`), drawn by the adapter (`per_request.sample_p`).
 - One-hot drafts (prompt lookup) are verified inline in `_assisted_decoding` (sample `p`, keep the
   candidates that match), not by `_speculative_sampling`: `draft_modes = {"model"}`.
 """
@@ -51,12 +53,12 @@ from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..contract.validation import check_layout, validate
 from . import explicit_inputs
+from .per_request import one_thread, request_seed, sample_p, seeded_cpu
 
 MODULE = "transformers.generation.utils"
 FUNCTION = "_speculative_sampling"
 PARAMETERS = ("candidate_input_ids", "candidate_logits", "candidate_length", "new_logits")
 OPTIONAL = {"assistant_ensemble_weight": None}  # 5.25.0: DIVERSE's ensemble verification, lossy: off
-_MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: spreads the state seed before the position is added
 
 
 def load_transformers():
@@ -84,11 +86,6 @@ def check_convention(fn) -> dict:
                         + (f"; it refuses the parameters it does not know: {unknown}" if unknown else "")
                         + ": the calling convention changed")
     return {k: v for k, v in OPTIONAL.items() if k in params}
-
-
-def request_seed(seed: int, pos: int) -> int:
-    """The global generator's seed for a request of state seed `seed` whose first row is at `pos`."""
-    return ((seed % 2**64) * _MIX + pos % 2**64) % 2**63
 
 
 class TransformersSampler:
@@ -137,34 +134,41 @@ class TransformersSampler:
         prep = explicit_inputs.prepare(batch, "cpu")
         states = np.asarray(batch.idx_mapping, np.int64)
         seeds, pos = np.asarray(batch.seeds, np.int64)[states], np.asarray(batch.pos, np.int64)[prep.rows]
-        tokens = []
-        for r in range(batch.num_reqs):
-            if prep.greedy[r]:
-                tokens.append(explicit_inputs.greedy_tokens(batch, prep, r))
-                continue
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(request_seed(int(seeds[r]), int(pos[r])))
-                tokens.append(self.verify(batch, prep, r))
+        with one_thread(), seeded_cpu() as seed, torch.inference_mode():
+            a = self.prepared(batch, prep)
+            tokens = []
+            for r in range(batch.num_reqs):
+                if prep.greedy[r]:
+                    tokens.append(explicit_inputs.greedy_tokens(batch, prep, r))
+                    continue
+                seed(request_seed(int(seeds[r]), int(pos[r])))
+                tokens.append(self.verify(a, prep, r))
         return explicit_inputs.output(batch, tokens)
 
-    def arguments(self, batch: SpecBatch, prep, r: int) -> dict:
+    def prepared(self, batch: SpecBatch, prep) -> dict:
+        """What every call's arguments are views of: the draft ids and the assistant's processed
+        logits `d / T` of every request (`[R, K, V']`; greedy requests' are unused)."""
+        states = np.asarray(batch.idx_mapping, np.int64)
+        t = np.asarray(batch.temperature, np.float32)[states]
+        t = torch.from_numpy(np.where(t == 0, np.float32(1), t))
+        k = batch.num_speculative_steps
+        d = torch.from_numpy(np.array(np.asarray(batch.draft_logits)[states, :k, : prep.vocab], np.float32))
+        return dict(ids=torch.from_numpy(np.asarray(batch.draft_token_ids, np.int64).copy()),
+                    candidates=d / t[:, None, None])
+
+    def arguments(self, a: dict, prep, r: int) -> dict:
         """The keyword arguments of one call: request `r`'s drafts (n >= 1) and processed logits."""
         lo, n = int(prep.rows[r]), int(prep.drafts[r])
-        ids = np.asarray(batch.draft_token_ids, np.int64)[lo : lo + n + 1]  # slot 0: the last verified token
-        states = np.asarray(batch.idx_mapping, np.int64)
-        t = float(np.asarray(batch.temperature, np.float32)[states[r]])
-        d = torch.from_numpy(np.array(batch.draft_logits[states[r], :n, : prep.vocab], np.float32))
-        return dict(candidate_input_ids=torch.from_numpy(ids.copy())[None, :],
-                    candidate_logits=(d / torch.tensor(t, dtype=torch.float32))[None],
-                    candidate_length=n, new_logits=prep.z[lo : lo + n + 1][None].clone(), **self.optional)
+        return dict(candidate_input_ids=a["ids"][None, lo : lo + n + 1],  # slot 0: the last verified token
+                    candidate_logits=a["candidates"][r : r + 1, :n], candidate_length=n,
+                    new_logits=prep.z[None, lo : lo + n + 1], **self.optional)
 
-    def verify(self, batch: SpecBatch, prep, r: int) -> list[int]:
+    def verify(self, a: dict, prep, r: int) -> list[int]:
         n = int(prep.drafts[r])
         if n == 0:  # transformers' plain sampling step
-            lo = int(prep.rows[r])
-            return [int(torch.multinomial(prep.z[lo].softmax(dim=-1), num_samples=1))]
-        valid, n_matches = self.fn(**self.arguments(batch, prep, r))
+            return [sample_p(prep.p[int(prep.rows[r])])]
+        valid, n_matches = self.fn(**self.arguments(a, prep, r))
         toks = valid.reshape(-1).tolist()
         if not 0 <= int(n_matches) <= n or len(toks) != int(n_matches) + 1:
             raise RuntimeError(f"request {r}: {FUNCTION} returned {toks} with n_matches {int(n_matches)} for {n} drafts")
-        return [int(t) for t in toks]
+        return toks

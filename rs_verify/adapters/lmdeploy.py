@@ -56,8 +56,6 @@ transformers) still run as LMDeploy wrote them.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import sys
 import threading
@@ -70,7 +68,7 @@ from ..contract import explicit
 from ..contract.batch import SamplerOutput, SpecBatch
 from ..contract.chunking import empty_output
 from ..harness import device as backend
-from . import explicit_inputs
+from . import explicit_inputs, hollow
 from .explicit_inputs import Prepared
 
 KERNELS = "lmdeploy.pytorch.kernels.cuda.rejection_sampling"
@@ -95,22 +93,8 @@ _PATCH_LOCK = threading.RLock()  # the torch backend's fed `torch` lives in its 
 
 def _import_file(name: str):
     """`name` from the installed lmdeploy without running the `__init__` of `HOLLOW` (module docstring)."""
-    if "lmdeploy" not in sys.modules:
-        spec = importlib.util.find_spec("lmdeploy")  # a top-level package: found, not executed
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError("No module named 'lmdeploy'", name="lmdeploy")
-        root = list(spec.submodule_search_locations)[0]
-        for pkg in HOLLOW:
-            module = types.ModuleType(pkg)
-            module.__path__ = ["/".join([root, *pkg.split(".")[1:]])]
-            module.__package__ = pkg
-            sys.modules.setdefault(pkg, module)
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise ImportError(f"rs_verify.adapters.lmdeploy needs LMDeploy's {name}, which could not be imported: "
-                          f"{exc}. Install lmdeploy (0.18.0) with its pure-Python imports (releases.toml), or pass "
-                          f"the functions.") from exc
+    return hollow.import_file(name, HOLLOW, "rs_verify.adapters.lmdeploy", "lmdeploy (0.18.0) with its pure-Python "
+                              "imports, or pass the functions")
 
 
 def check_convention(fn, name: str) -> None:

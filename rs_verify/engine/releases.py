@@ -13,6 +13,7 @@ read from its installed files. The catalogue, `rs_verify/adapters/releases.toml`
     pure_python = ["pydantic==2.14.4", ...]  # what its sampler modules import, pinned, installed --no-deps
     env = { CUDA_VISIBLE_DEVICES = "" }      # environment of the gate's processes
     absent = { "module:attr" = "why" }       # adapters this release cannot have (a skip with the reason)
+    leave_out = { "pkg" = "why" }            # direct requirements the resolver leaves out (with the reason)
 
 Every key is optional: a catalogue entry without `pure_python` has its pins resolved, one without
 `adapters` has them discovered.
@@ -49,7 +50,7 @@ from . import resolve as resolver
 CACHE_ENV = "RS_VERIFY_RELEASES_CACHE"
 DEFAULT_CACHE = Path("~/.cache/rs-verify/releases")
 MARKER = "installed.json"
-KEYS = {"adapters", "pure_python", "env", "absent"}
+KEYS = {"adapters", "pure_python", "env", "absent", "leave_out"}
 SPEC_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
 
 
@@ -65,6 +66,7 @@ class Release:
     env: dict = field(default_factory=dict)
     absent: dict = field(default_factory=dict)
     wheel: str | None = None  # a wheel file to install instead of the registry's (a release candidate)
+    leave_out: dict = field(default_factory=dict)  # direct requirement -> why it is not resolved
     pinned: bool = False  # `pure_python` is the catalogue's, even when empty
 
     @property
@@ -173,6 +175,7 @@ def load_catalogue(path: str | os.PathLike | None = None) -> dict[str, Release]:
                             pure_python=_strings(spec, "pure_python", entry.get("pure_python", [])),
                             env=_table(spec, "env", entry.get("env", {})),
                             absent=_table(spec, "absent", entry.get("absent", {})),
+                            leave_out=_table(spec, "leave_out", entry.get("leave_out", {})),
                             pinned="pure_python" in entry)
     return out
 
@@ -219,7 +222,8 @@ def install(release: Release, root: Path, *, find_links: str | None = None, no_i
     pins, left_out, wheel = release.pure_python, {}, release.wheel
     if not release.pinned or not release.version:
         found = resolver.resolve(release.wheel or release.spec.rstrip("="), downloads=root / "downloads",
-                                 find_links=find_links, no_index=no_index, timeout=timeout)
+                                 find_links=find_links, no_index=no_index, timeout=timeout,
+                                 leave_out=release.leave_out)
         if found.error:
             return Installed(release, None, f"cannot resolve the dependencies of {release.spec.rstrip('=')}: {found.error}")
         if not release.version:

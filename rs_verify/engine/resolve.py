@@ -164,9 +164,10 @@ def _culprit(output: str, top: dict) -> str | None:
 
 
 def resolve(requirement: str, *, downloads: Path, find_links: str | None = None, no_index: bool = False,
-            timeout: float = 900.0, attempts: int = 8) -> Resolution:
+            timeout: float = 900.0, attempts: int = 8, leave_out: dict | None = None) -> Resolution:
     """Resolve `requirement` (`vllm==0.32.0`, `vllm` for the newest, or a wheel's path) with pip's
-    resolver, without installing (module docstring); `error` says why it could not."""
+    resolver, without installing (module docstring); `error` says why it could not. `leave_out`:
+    direct requirements not to install, each with the reason (a catalogue's override)."""
     source = (["--no-index"] if no_index else []) + (["--find-links", str(find_links)] if find_links else [])
     wheel, why = (Path(requirement), "") if requirement.endswith(".whl") else fetch(requirement, downloads, source,
                                                                                     timeout)
@@ -175,9 +176,10 @@ def resolve(requirement: str, *, downloads: Path, find_links: str | None = None,
     name, version, needs = wheel_metadata(wheel)
     provided = environment()
     top, left = {}, {}
+    skip = {canonical(k): v for k, v in (leave_out or {}).items()}
     for need in needs:
         n = canonical(REQUIREMENT_NAME.match(need).group(1))
-        why = why_left_out(n, provided)
+        why = skip.get(n) or why_left_out(n, provided)
         if why:
             left[n] = why
         else:
