@@ -255,7 +255,7 @@ def test_knobs_restrict_draws(kwargs, holds):
         dict(masks="yes"),
         dict(max_logprobs=-1),
         dict(seeds=5),
-        dict(verifications=("tree",)),
+        dict(verifications=("trees",)),
         dict(verifications="token"),
         dict(sampling_params=("top_q",)),
         dict(sampling_params="min_p"),
