@@ -16,7 +16,9 @@ Declared deviations (SPEC 11, `BatchArrays.deviations`) replace a rule at their 
 (`Deviation.residual_empty32`: float32 probabilities, or float32 log space, where a residual whose
 mass lies below float64's range is then sampled from `log P p + log1p(-exp(log q - log P p))`), and an
 empty one samples the rule's weights instead of `p`; at `"inverse_cdf_top"` a resample whose float32
-prefix sums never exceed `U S` (`inverse_cdf_unfound32`) takes the rule's token.
+prefix sums never exceed `U S` (`inverse_cdf_unfound32`) takes the rule's token; at `"tree_bonus"` a
+chain that ends on an accepted draft (SPEC 4c: a chain is a tree) samples the rule's weights of its
+final row's raw logits instead of `p`.
 
 Residual scores use the unnormalized `log max(p - q, 0)`: a per-row constant
 changes no argmax and no gap. The big temporaries are `Scratch` arrays (reused
@@ -223,8 +225,10 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
     In trace mode also: `logp`, `noise` (G) and `scores` per final row; for the rows that
     rejected a real draft (`resid_index` >= 0) the residual's float64 `mass`, whether it was
     `used` (positive mass: in float64, or in float32 where a deviation rules the empty residual)
-    and, for model drafts, `logq`; `ruled`: `{"empty_residual" | "inverse_cdf_top": (deviation,
-    bool mask over the residual rows | the final rows)}` where a declared deviation decided.
+    and, for model drafts, `logq`; `ruled`: `{"empty_residual" | "inverse_cdf_top" | "tree_bonus": (deviation,
+    bool mask over the residual rows | the final rows | the final rows)}` where a declared deviation decided.
+    A declared `"tree_bonus"` rule (SPEC 11) weights the final rows of chains that end on an accepted draft
+    (the bonus row, or a padded step after at least one accepted draft): a chain is a tree (SPEC 4c).
     """
     nr, vp = rows.shape[0], slab.vp
     zf = slab.gather(rows, _RES_Z)
@@ -278,6 +282,14 @@ def resample(slab: Slab, reqs, rows, bonus, valid, d_safe, log_scale=None) -> di
             if empty.size:
                 base[empty] = dev.rule("empty_residual")(base[empty])
             ruled["empty_residual"] = (dev.name, ~used)
+    bonus_dev = slab.b.deviations.at("tree_bonus")
+    if bonus_dev is not None:  # SPEC 4c, 11: a chain is a tree; ending on an accepted draft, it takes the rule
+        ended = (bonus | ~valid[rows]) & (slab.step[rows] >= 1)  # the bonus row or a padded step after a draft
+        at = np.flatnonzero(ended)
+        if at.size:
+            raw = slab.x[rows[at], :vp].astype(np.float64)
+            base[at] = bonus_dev.rule("tree_bonus")(base[at], raw)
+        ruled["tree_bonus"] = (bonus_dev.name, ended)
     if slab.b.resample == inverse_cdf.WHAT:
         u = resample_uniforms(slab.b.batch, slab.ra + reqs)
         out["tokens"] = inverse_cdf.tokens(base, u)

@@ -227,6 +227,7 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
             alt_scales = np.maximum(1.0, token_scale(logp, q_row))
         out.append(Decision(req, tr, slab.lo + j, "residual", draft, used, mass, alt_gaps, 1.0, alt_scales,
                             what=what, deviation=_ruled(res, "empty_residual", k)))
+    bonus = _ruled(res, "tree_bonus", ri)  # a chain's bonus from the declared rule's weights (SPEC 11)
     if inverse:
         top = _ruled(res, "inverse_cdf_top", ri)
         if top:  # the float64 token's distance from the top boundary is 1 - U (SPEC 8)
@@ -236,12 +237,12 @@ def _final_decisions(slab, r, tr, token, res, ri) -> list[Decision]:
         else:
             gaps, margin = inverse_cdf.gaps(res["logr"][ri], res["U"][ri], token)
         out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, margin, gaps, 1.0, np.ones_like(gaps),
-                            what=what, deviation=top))
+                            what=what, deviation=top or bonus))
         return out
     gaps, margin = argmax_stats(res["scores"][ri : ri + 1])
     scales = candidate_scales(token_scale(logp, logq, g), token)
     out.append(Decision(req, tr, slab.lo + j, "argmax", token, None, float(margin[0]), gaps[0], float(scales[token]),
-                        scales))
+                        scales, deviation=bonus))
     return out
 
 

@@ -222,16 +222,15 @@ def test_the_gate_passes_the_adapter(name, reference):
     assert outcome.status == "passed", outcome.failure.text() if outcome.failure else outcome.reason
 
 
-def test_eagles_raw_bonus_fails_undeclared_and_declared_only_on_chains(reference):
-    """SPEC 11's `tree_bonus_unprocessed` rules trees (4c): declared, EAGLE's raw bonus is certified on tree
-    batches and still fails on a token batch (SPEC 4's bonus from p), EAGLE having no chain mode of its own."""
+def test_eagles_raw_bonus_fails_undeclared_and_passes_declared(reference):
+    """SPEC 11's `tree_bonus_unprocessed`: undeclared, EAGLE's raw bonus fails certification; declared, it is
+    certified on tree and token batches alike (a chain is a tree, SPEC 4c: its bonus, or the step of a padded
+    draft after an accepted one, ends the path on an accepted node)."""
     undeclared = _gate("certified_equivalence", _eagle(raw_bonus=True), reference, shrink=False)
     assert undeclared.status == "failed"
     declared = _gate("certified_equivalence", _eagle(raw_bonus=True, deviations=("tree_bonus_unprocessed",)), reference,
                      shrink=False)
-    if declared.status == "failed":
-        text = declared.failure.text()
-        assert "verification='token'" in text and re.search("argmax diverges|which top_k .* masks", text), text[:3000]
+    assert declared.status == "passed", declared.failure.text()[:3000] if declared.failure else declared.reason
 
 
 @pytest.mark.parametrize("wrong", ["swapped_pq", "lost_temperature", "parent_uniform"])

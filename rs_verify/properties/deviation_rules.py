@@ -13,7 +13,10 @@ declared rule instead of the SPEC's:
   inverse-CDF tolerance of the top;
 - `"block_prefix"`: a block request's accepted draft with `p = 0` is legal when the rule reset the
   prefix ratio (a NaN sum) at that step or a later one before `tau`, and `P_{tau-1}` of the residual
-  check is the rule's.
+  check is the rule's;
+- `"tree_bonus"`: on a token batch (a chain is a tree, SPEC 4c), the token after at least one accepted
+  draft and no rejected one (the bonus, or the step of a padded draft) may be any token of finite raw
+  logit, which the sampling parameters may mask (`tree_bonus_unprocessed`'s raw softmax ignores them).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class DeviationView:
         self.top = dev.at("inverse_cdf_top")
         self.nan_dev = dev.at("block_prefix")
         self.nan_rule = None if self.nan_dev is None else self.nan_dev.rule("block_prefix")
+        self.bonus = dev.at("tree_bonus")
         self.cu = np.asarray(batch.cu_num_logits, np.int64)
         if self.empty is not None and self.empty.empty_view == "log":  # the logits, for log p and log q
             self.z, self.zq = probs.processed_logits(batch), probs.processed_draft_logits(batch)
@@ -110,6 +114,10 @@ class DeviationView:
                 law = self.p[j]
         if ruled_by and law[tok] > 0:
             out[last] = ruled_by
+        if self.bonus is not None and last > 0 and not 0 <= d < vp:  # a chain ending on an accepted draft
+            raw = np.asarray(self.batch.target_logits[j, :vp], np.float64)
+            if np.isfinite(raw[tok]):  # in the support of the rule's weights (EAGLE: the raw softmax)
+                out[last] = self.bonus.name
         if self.top is not None:
             u = resample_uniforms(self.batch, np.array([r]))
             logr = _log(law)[None]
