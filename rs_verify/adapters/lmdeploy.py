@@ -56,7 +56,6 @@ transformers) still run as LMDeploy wrote them.
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import types
@@ -70,6 +69,7 @@ from ..contract.chunking import empty_output
 from ..harness import device as backend
 from . import explicit_inputs, hollow
 from .explicit_inputs import Prepared
+from .signatures import check_parameters
 
 KERNELS = "lmdeploy.pytorch.kernels.cuda.rejection_sampling"
 DEFAULT = "lmdeploy.pytorch.backends.default.rejection_sampling"
@@ -99,17 +99,7 @@ def _import_file(name: str):
 
 def check_convention(fn, name: str) -> None:
     """TypeError if `fn` lacks a parameter the adapter passes, or requires one it does not know."""
-    params = inspect.signature(fn).parameters
-    known = PARAMETERS[name]
-    missing = [p for p in known if p not in params]
-    unknown = [p.name for p in params.values() if p.name not in known and p.name != "self"
-               and p.default is inspect.Parameter.empty
-               and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    if missing or unknown:
-        raise TypeError(f"{name}{tuple(params)}: the LMDeploy adapter passes {list(known)}"
-                        + (f"; this one lacks {missing}" if missing else "")
-                        + (f"; it refuses the parameters it does not know: {unknown}" if unknown else "")
-                        + ": the calling convention changed")
+    check_parameters(fn, PARAMETERS[name], "LMDeploy", name=name)
 
 
 class _LmdeploySampler:
