@@ -130,10 +130,8 @@ class _LmdeploySampler:
         if batch.num_reqs == 0:
             return empty_output(batch)
         prep = explicit_inputs.prepare(batch, self.device)
-        with np.errstate(over="ignore"):  # G below about -88.7 has no float32 E (docs/explicit-adapters.md)
-            e = np.exp(-np.asarray(batch.resample_gumbel, np.float64)[:, : prep.vocab]).astype(np.float32)
-        e = torch.from_numpy(e).to(self.device)
-        bonus = self.bonus_tokens(prep, e)
+        e = explicit_inputs.exponentials(batch, prep, torch.float32)
+        bonus = explicit_inputs.bonus_tokens(prep, e)
         tokens: list = [[int(b)] for b in bonus]  # no draft: LMDeploy's prefill path, its ordinary sampler
         for n in sorted(set(prep.drafts.tolist()) - {0}):
             reqs = np.flatnonzero(prep.drafts == n)
@@ -144,13 +142,6 @@ class _LmdeploySampler:
             for r, row in zip(reqs, out.cpu().numpy().astype(np.int64)):
                 tokens[r] = row[row >= 0].tolist()  # PLACEHOLDER_TOKEN_ID (-1) past the emitted tokens
         return explicit_inputs.output(batch, tokens)
-
-    def bonus_tokens(self, prep: Prepared, e: torch.Tensor) -> np.ndarray:
-        """Each request's bonus: `argmax p / E` of its bonus row (argmax z for greedy requests)."""
-        rows = torch.from_numpy(prep.rows + prep.drafts).to(self.device)
-        race = torch.argmax(prep.p[rows] / e, dim=-1)
-        greedy = torch.argmax(prep.z[rows], dim=-1)
-        return torch.where(torch.from_numpy(prep.greedy).to(self.device), greedy, race).cpu().numpy()
 
     def inputs(self, batch: SpecBatch, prep: Prepared, reqs: np.ndarray, n: int, e: torch.Tensor,
                bonus: np.ndarray) -> dict:
