@@ -189,3 +189,18 @@ def _closed_form_wants():
         batch, _, _ = dist.build_batch(c, c.vocab + 1, drafts=drafts)
         for d, want, _, _ in dist.closed_form_laws(c, batch, drafts):
             yield f"{dist._draft_name(c, d)}: acceptance", want
+
+
+def test_campaigns_hand_their_batch_over_in_slices(reference, monkeypatch):
+    """`campaign_call` slices whole requests (`CAMPAIGN_SLICE` a call) and concatenates the outputs: on the
+    reference, whose requests do not depend on each other, the result is the one-call output bit for bit."""
+    from rs_verify.properties import assertions
+    from rs_verify.properties.assertions import assert_same_output, call, campaign_call
+
+    batch, _, _ = dist.build_batch(dist.CAMPAIGNS["distribution_model_drafts"], 103)
+    calls = []
+    spy = lambda b: calls.append(b.num_reqs) or reference(b)  # noqa: E731
+    monkeypatch.setattr(assertions, "CAMPAIGN_SLICE", 25)
+    sliced = campaign_call(spy, batch)
+    assert calls == [25, 25, 25, 25, 3]
+    assert_same_output(sliced, call(reference, batch), what="sliced campaign vs one call", batch=batch)

@@ -228,7 +228,7 @@ def test_a_padded_draft_ends_the_request():
     assert args["candidates"].tolist() == [[0, 2]] and args["target_probs"].shape == (1, 2, 8)
     assert args["uniform_samples"].tolist() == [batch.accept_uniforms[4:6].astype(np.float32).tolist()]
     v1 = _vllm_v1()
-    args = v1.arguments(batch, prep, v1.bonus_tokens(prep, torch.ones(2, 8)))
+    args = v1.arguments(batch, prep, explicit_inputs.bonus_tokens(prep, torch.ones(2, 8)))
     assert args["num_draft_tokens"] == [3, 1] and args["draft_token_ids"].tolist() == [3, 5, 1, 2]
     assert args["cu_num_draft_tokens"].tolist() == [3, 4] and args["max_spec_len"] == 3
 

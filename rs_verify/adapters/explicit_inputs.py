@@ -81,7 +81,7 @@ class Prepared:
 
 
 def prepare(batch: SpecBatch, device) -> Prepared:
-    vp, k, n_rows = batch.effective_vocab_size, batch.num_speculative_steps, batch.num_logits
+    vp, k = batch.effective_vocab_size, batch.num_speculative_steps
     cu = np.asarray(batch.cu_num_logits, np.int64)
     states = np.asarray(batch.idx_mapping, np.int64)
     temperature = np.asarray(batch.temperature, np.float32)[states]
@@ -103,6 +103,24 @@ def prepare(batch: SpecBatch, device) -> Prepared:
         law = torch.softmax(d / t_div[torch.from_numpy(reqs)][:, None, None], dim=-1)
         q[torch.from_numpy(reqs)] = torch.where(torch.from_numpy(live[reqs])[:, :, None], law, 0.0)  # 0 past drafts
     return Prepared(vocab=vp, rows=cu[:-1], drafts=drafts, greedy=greedy, z=z, p=p, q=q.to(device))
+
+
+def exponentials(batch: SpecBatch, prep: Prepared, dtype: torch.dtype) -> torch.Tensor:
+    """`E = exp(-G)` of each request's `resample_gumbel` over `[0, V')`, computed in float64, then `dtype` on the
+    prepared device (a `G` below about -88.7 has no float32 `E`: it overflows to inf, docs/explicit-adapters.md)."""
+    with np.errstate(over="ignore"):
+        e = np.exp(-np.asarray(batch.resample_gumbel, np.float64)[:, : prep.vocab])
+    return torch.from_numpy(e).to(device=prep.p.device, dtype=dtype)
+
+
+def bonus_tokens(prep: Prepared, e: torch.Tensor) -> np.ndarray:
+    """Each request's bonus by the exponential race: `argmax p / E` of its bonus row, in `e`'s dtype (`argmax z`
+    for greedy requests)."""
+    dev = prep.p.device
+    rows = torch.from_numpy(prep.rows + prep.drafts).to(dev)
+    race = torch.argmax(prep.p[rows].to(e.dtype) / e, dim=-1)
+    greedy = torch.argmax(prep.z[rows], dim=-1)
+    return torch.where(torch.from_numpy(prep.greedy).to(dev), greedy, race).cpu().numpy()
 
 
 def greedy_tokens(batch: SpecBatch, prep: Prepared, r: int) -> list[int]:

@@ -44,7 +44,6 @@ What the adapter does in transformers' place (docs/engines.md):
 from __future__ import annotations
 
 import importlib
-import inspect
 
 import numpy as np
 import torch
@@ -54,6 +53,7 @@ from ..contract.chunking import empty_output
 from ..contract.validation import check_layout, validate
 from . import explicit_inputs
 from .per_request import one_thread, request_seed, sample_p, seeded_cpu
+from .signatures import check_parameters
 
 MODULE = "transformers.generation.utils"
 FUNCTION = "_speculative_sampling"
@@ -76,15 +76,7 @@ def load_transformers():
 def check_convention(fn) -> dict:
     """The optional parameters to pass (those of `OPTIONAL` `fn` takes); a TypeError naming a parameter
     the adapter passes that `fn` lacks, or one it requires that the adapter does not know."""
-    params = inspect.signature(fn).parameters
-    missing = [p for p in PARAMETERS if p not in params]
-    unknown = [p.name for p in params.values() if p.name not in PARAMETERS and p.default is inspect.Parameter.empty
-               and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    if missing or unknown:
-        raise TypeError(f"{FUNCTION}{tuple(params)}: the transformers adapter passes {list(PARAMETERS)}"
-                        + (f"; this one lacks {missing}" if missing else "")
-                        + (f"; it refuses the parameters it does not know: {unknown}" if unknown else "")
-                        + ": the calling convention changed")
+    params = check_parameters(fn, PARAMETERS, "transformers", name=FUNCTION)
     return {k: v for k, v in OPTIONAL.items() if k in params}
 
 

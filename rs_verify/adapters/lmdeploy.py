@@ -56,7 +56,6 @@ transformers) still run as LMDeploy wrote them.
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import types
@@ -70,6 +69,7 @@ from ..contract.chunking import empty_output
 from ..harness import device as backend
 from . import explicit_inputs, hollow
 from .explicit_inputs import Prepared
+from .signatures import check_parameters
 
 KERNELS = "lmdeploy.pytorch.kernels.cuda.rejection_sampling"
 DEFAULT = "lmdeploy.pytorch.backends.default.rejection_sampling"
@@ -99,17 +99,7 @@ def _import_file(name: str):
 
 def check_convention(fn, name: str) -> None:
     """TypeError if `fn` lacks a parameter the adapter passes, or requires one it does not know."""
-    params = inspect.signature(fn).parameters
-    known = PARAMETERS[name]
-    missing = [p for p in known if p not in params]
-    unknown = [p.name for p in params.values() if p.name not in known and p.name != "self"
-               and p.default is inspect.Parameter.empty
-               and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    if missing or unknown:
-        raise TypeError(f"{name}{tuple(params)}: the LMDeploy adapter passes {list(known)}"
-                        + (f"; this one lacks {missing}" if missing else "")
-                        + (f"; it refuses the parameters it does not know: {unknown}" if unknown else "")
-                        + ": the calling convention changed")
+    check_parameters(fn, PARAMETERS[name], "LMDeploy", name=name)
 
 
 class _LmdeploySampler:
@@ -140,10 +130,8 @@ class _LmdeploySampler:
         if batch.num_reqs == 0:
             return empty_output(batch)
         prep = explicit_inputs.prepare(batch, self.device)
-        with np.errstate(over="ignore"):  # G below about -88.7 has no float32 E (docs/explicit-adapters.md)
-            e = np.exp(-np.asarray(batch.resample_gumbel, np.float64)[:, : prep.vocab]).astype(np.float32)
-        e = torch.from_numpy(e).to(self.device)
-        bonus = self.bonus_tokens(prep, e)
+        e = explicit_inputs.exponentials(batch, prep, torch.float32)
+        bonus = explicit_inputs.bonus_tokens(prep, e)
         tokens: list = [[int(b)] for b in bonus]  # no draft: LMDeploy's prefill path, its ordinary sampler
         for n in sorted(set(prep.drafts.tolist()) - {0}):
             reqs = np.flatnonzero(prep.drafts == n)
@@ -154,13 +142,6 @@ class _LmdeploySampler:
             for r, row in zip(reqs, out.cpu().numpy().astype(np.int64)):
                 tokens[r] = row[row >= 0].tolist()  # PLACEHOLDER_TOKEN_ID (-1) past the emitted tokens
         return explicit_inputs.output(batch, tokens)
-
-    def bonus_tokens(self, prep: Prepared, e: torch.Tensor) -> np.ndarray:
-        """Each request's bonus: `argmax p / E` of its bonus row (argmax z for greedy requests)."""
-        rows = torch.from_numpy(prep.rows + prep.drafts).to(self.device)
-        race = torch.argmax(prep.p[rows] / e, dim=-1)
-        greedy = torch.argmax(prep.z[rows], dim=-1)
-        return torch.where(torch.from_numpy(prep.greedy).to(self.device), greedy, race).cpu().numpy()
 
     def inputs(self, batch: SpecBatch, prep: Prepared, reqs: np.ndarray, n: int, e: torch.Tensor,
                bonus: np.ndarray) -> dict:

@@ -39,7 +39,6 @@ What the adapter does in SGLang's place:
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 
 import numpy as np
@@ -51,6 +50,7 @@ from ..contract.validation import check_layout, validate
 from ..harness import device as backend
 from . import explicit_inputs
 from .per_request import one_thread, request_seed, sample_p
+from .signatures import check_parameters
 
 MODULE = "sglang.kernels.ops.speculative.dspark.blockwise_rejection"
 PARAMETERS = ("candidates", "target_logits", "draft_logits", "target_temperatures", "draft_temperatures", "noise")
@@ -58,16 +58,7 @@ OPTIONAL = {"cutoff_verify_lens": None}
 
 
 def check_convention(fn) -> None:
-    params = inspect.signature(fn).parameters
-    missing = [p for p in PARAMETERS if p not in params]
-    unknown = [p.name for p in params.values() if p.name not in PARAMETERS and p.default is inspect.Parameter.empty
-               and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    if missing or unknown or any(k not in params for k in OPTIONAL):
-        raise TypeError(f"{getattr(fn, '__name__', fn)}{tuple(params)}: the DSpark adapter passes "
-                        f"{list(PARAMETERS) + list(OPTIONAL)}"
-                        + (f"; this one lacks {missing}" if missing else "")
-                        + (f"; it refuses the parameters it does not know: {unknown}" if unknown else "")
-                        + ": the calling convention changed")
+    check_parameters(fn, PARAMETERS + tuple(OPTIONAL), "DSpark")
 
 
 def load(function: str):

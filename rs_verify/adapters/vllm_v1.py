@@ -248,11 +248,9 @@ class VllmV1Sampler:
         if batch.num_reqs == 0:
             return empty_output(batch)
         prep = explicit_inputs.prepare(batch, self.device)
-        with np.errstate(over="ignore"):  # G below about -88.7 has no float32 E (docs/explicit-adapters.md)
-            e = torch.from_numpy(np.exp(-np.asarray(batch.resample_gumbel, np.float64)[:, : prep.vocab]))
         # vLLM's exponentials are float32 (float64 with 0.33.0's use_fp64_gumbel)
-        e = e.to(device=self.device, dtype=torch.float64 if self.use_fp64_gumbel else torch.float32)
-        bonus = self.bonus_tokens(prep, e)
+        e = explicit_inputs.exponentials(batch, prep, torch.float64 if self.use_fp64_gumbel else torch.float32)
+        bonus = explicit_inputs.bonus_tokens(prep, e)
         if not prep.drafts.any():  # no drafts anywhere: vLLM's ordinary sampler, the bonus tokens
             return explicit_inputs.output(batch, [[int(t)] for t in bonus])
         args = self.arguments(batch, prep, bonus)
@@ -261,13 +259,6 @@ class VllmV1Sampler:
         out = out.cpu().numpy().astype(np.int64)
         valid = (out != self.placeholder) & (out < prep.vocab)  # RejectionSampler.parse_output's reading
         return explicit_inputs.output(batch, [row[keep].tolist() for row, keep in zip(out, valid)])
-
-    def bonus_tokens(self, prep: Prepared, e: torch.Tensor) -> np.ndarray:
-        """Each request's bonus: `argmax p / E` of its bonus row (argmax z for greedy requests)."""
-        rows = torch.from_numpy(prep.rows + prep.drafts).to(self.device)
-        race = torch.argmax(prep.p[rows].to(e.dtype) / e, dim=-1)
-        greedy = torch.argmax(prep.z[rows], dim=-1)
-        return torch.where(torch.from_numpy(prep.greedy).to(self.device), greedy, race).cpu().numpy()
 
     def arguments(self, batch: SpecBatch, prep: Prepared, bonus: np.ndarray) -> dict:
         """The keyword arguments of `rejection_sample` for `batch` (the draft rows of each request)."""

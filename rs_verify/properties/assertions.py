@@ -10,6 +10,7 @@ from ..harness import guards
 from ..harness.failure import PropertyFailure
 from ..harness.handle import as_sampler
 from ..contract.batch import SamplerOutput, SpecBatch
+from ..contract.chunking import concat_outputs, slice_batch
 from ..contract.logit_bound import clamped
 from .output_rules import check_output_invariants, checked_here, undeclared_hint
 
@@ -67,6 +68,24 @@ def call(sampler, batch: SpecBatch, **kw) -> SamplerOutput:
     fails here, before any comparison of its output.
     """
     return call_with_report(sampler, batch, **kw)[0]
+
+
+# The distribution campaigns verify 200,000 requests and more a batch (`distribution_batches.TRIALS`). A
+# sampler whose adapter calls its library once per request (`rs_verify.adapters.per_request`: HF
+# transformers costs about 0.4 ms a request on a CPU) needs some 80 s of a core for such a batch, near the
+# 120 s a call may take before it counts as hung, and past it on a loaded machine. The campaigns therefore
+# hand a sampler their batch in slices of whole requests, each a batch of its own, and concatenate the
+# outputs: every law they test is a law of single requests, so the slicing changes nothing they measure.
+CAMPAIGN_SLICE = 50_000  # requests per call of a distribution campaign
+
+
+def campaign_call(sampler, batch: SpecBatch) -> SamplerOutput:
+    """`call()` over slices of at most `CAMPAIGN_SLICE` whole requests, their outputs concatenated."""
+    r = batch.num_reqs
+    if r <= CAMPAIGN_SLICE:
+        return call(sampler, batch)
+    return concat_outputs([call(sampler, slice_batch(batch, a, min(a + CAMPAIGN_SLICE, r)))
+                           for a in range(0, r, CAMPAIGN_SLICE)], batch)
 
 
 def observed(sampler, batch: SpecBatch, *, reseed: int | None = None, **kw):

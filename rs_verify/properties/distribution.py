@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..contract import methods
-from .assertions import call, within_bound
+from .assertions import campaign_call, within_bound
 from .registry import PROPERTIES, PropertyFailure, register
 from .distribution_batches import (  # noqa: F401  (re-exported: the campaigns' public names)
     DRAFT_SALT,
@@ -133,7 +133,7 @@ def run_campaign(sampler, c: Campaign, trials: int) -> CampaignResult:
     """Run `sampler` on the campaign's batch and run every test `plan_fits` lists."""
     batch, group, pattern = build_batch(c, trials)
     batch = within_bound(batch, sampler)  # its -1e4 fillers, beyond a declared logit_bound (SPEC 10)
-    out = call(sampler, batch)
+    out = campaign_call(sampler, batch)
     kinds = kind_matrix(c)[pattern]
     result = CampaignResult(c, trials)
     for f in plan_fits(c, batch, group, pattern, counts_of(c, trials)):
@@ -158,7 +158,7 @@ def run_closed_forms(sampler, trials: int) -> CampaignResult:
     for c in CLOSED_FORMS:
         drafts = closed_form_drafts(c, trials)
         batch = within_bound(build_batch(c, trials, drafts=drafts)[0], sampler)
-        out = call(sampler, batch)
+        out = campaign_call(sampler, batch)
         for d, want, law, what in closed_form_laws(c, batch, drafts):
             reqs = np.flatnonzero(drafts[:, 0] == d)
             accepted = out.num_sampled[reqs] == 2

@@ -40,7 +40,7 @@ from scipy import stats
 from ..contract import methods, probs
 from ..contract.block import block_quantities, block_residual, tau_law
 from ..contract.chunking import select_requests
-from .assertions import as_declared, call, within_bound
+from .assertions import as_declared, campaign_call, within_bound
 from .distribution_batches import TRIALS, Campaign, build_batch
 from .distribution_fit import ALPHA, POWER, Fit, binomial_power, chisquare_fit, chisquare_power
 from .registry import PropertyFailure, register
@@ -103,7 +103,7 @@ def sequence_fits(c: Campaign, sampler, trials: int, verification: str) -> list:
     c = replace(c, verification=verification)
     batch, group, pattern = build_batch(c, trials)
     batch = as_declared(batch, sampler)
-    out = call(sampler, batch)
+    out = campaign_call(sampler, batch)
     codes = completed_sequences(c, batch, out, group, np.random.default_rng(c.seed + 7))
     fits = []
     for g, p in enumerate(_group_rows(c, batch, group)):
@@ -177,7 +177,7 @@ def closed_form_fits(sampler, trials: int) -> list:
         batch = within_bound(batch, sampler)  # the laws below are read from the batch the sampler gets
         if as_declared(batch, sampler) is not batch and mode == "model":
             continue  # the sampler takes no model drafts: the one-hot half still runs
-        out = call(sampler, batch)
+        out = campaign_call(sampler, batch)
         for pair, law, residuals in closed_form_cases(c, batch, drafts):
             reqs = np.flatnonzero((drafts == pair).all(axis=1))
             tau = out.num_sampled[reqs].astype(np.int64) - 1
@@ -211,7 +211,7 @@ def gain(sampler, trials: int) -> tuple[float, float, int]:
     from q): `(mean, standard error, n)`."""
     token, _, _ = build_batch(GAIN, trials)
     block = token.replace(verification=methods.BLOCK.name)
-    d = call(sampler, block).num_sampled.astype(np.float64) - call(sampler, token).num_sampled
+    d = campaign_call(sampler, block).num_sampled.astype(np.float64) - campaign_call(sampler, token).num_sampled
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size)), int(d.size)
 
 

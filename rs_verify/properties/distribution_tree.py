@@ -33,7 +33,7 @@ import numpy as np
 
 from ..contract.batch import SpecBatch
 from ..contract.methods import TREE
-from .assertions import call
+from .assertions import campaign_call
 from .distribution_fit import ALPHA, POWER, chisquare_fit, chisquare_power
 from .distribution import CampaignResult, check_campaign
 from .registry import register
@@ -111,7 +111,7 @@ def tree_campaign(sampler, kinds, trials: int) -> CampaignResult:
     p_root, p_after = tree_laws()
     result = CampaignResult(SimpleNamespace(name="tree paths"), trials)
     for kind in kinds:
-        out = call(sampler, tree_batch(kind, trials))
+        out = campaign_call(sampler, tree_batch(kind, trials))
         first = out.sampled[:, 0]
         result.fits.append(chisquare_fit(f"{kind} trees: first token", first, p_root))
         on = out.num_sampled >= 2
