@@ -37,11 +37,10 @@ _GUMBEL = 2**31  # the stream bit of the bonus noise (0: the acceptance uniforms
 _PATCH_LOCK = threading.Lock()
 
 
-def keyed_uniforms(keys: np.ndarray, positions: np.ndarray, tokens: np.ndarray, stream: int) -> torch.Tensor:
-    """float32 `[B, M]` in `[0, 1)` on torch's 2**-24 grid: row `b`, column `j` keyed by `keys[b]`,
-    `positions[b]` and `tokens[j]` (module docstring)."""
-    offsets = (np.asarray(positions, np.int64)[:, None] << 32) + stream + np.asarray(tokens, np.int64)[None, :]
-    w = philox.randint(np.asarray(keys, np.int64)[:, None], offsets)
+def keyed_uniforms(keys: np.ndarray, offsets: np.ndarray) -> torch.Tensor:
+    """float32 `[B, M]` in `[0, 1)` on torch's 2**-24 grid: row `b`, column `j` keyed by `keys[b]` and the
+    Philox counter `offsets[j]` (int64 `[M]`; `position * 2**32 + stream * 2**31 + token`, module docstring)."""
+    w = philox.randint(np.asarray(keys, np.int64)[:, None], np.asarray(offsets, np.int64)[None, :])
     np.bitwise_and(w, _LOW24, out=w)
     return torch.from_numpy(np.multiply(w, _STEP, dtype=np.float32))
 
@@ -77,9 +76,9 @@ class Cycle:
             raise RuntimeError(f"random.uniform({shape}, dtype={dtype}) in cycle {self.cycles}: the keras-hub adapter "
                                f"hands out float32 [batch, k] and [batch, V] draws: the calling convention changed")
         if self.accepted is None:  # the acceptance uniforms r of positions index .. index + k - 1
-            return keyed_uniforms(self.keys, np.full(shape[0], self.index), np.arange(shape[1]), 0)
-        pos = np.full(shape[0], self.index + self.min)  # the bonus position index + min_accepted
-        return keyed_uniforms(self.keys, pos, np.arange(shape[1]), _GUMBEL)
+            return keyed_uniforms(self.keys, (self.index + np.arange(shape[1], dtype=np.int64)) << 32)
+        bonus = self.index + self.min  # the bonus position index + min_accepted, one uniform per token
+        return keyed_uniforms(self.keys, (bonus << 32) + _GUMBEL + np.arange(shape[1], dtype=np.int64))
 
 
 class _FedOps(types.ModuleType):
