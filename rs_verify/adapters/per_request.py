@@ -1,12 +1,14 @@
 """What the adapters of libraries that verify one sequence per call share (SPEC 10, `own` family).
 
-transformers' `_speculative_sampling`, keras-hub's `SpeculativeSampler` and SGLang DSpark's torch
-version verify one request per call and draw from a generator the adapter cannot feed. Their
-adapters call once per request (a distribution campaign at `ci` is 200,000 calls), so what each
-call costs besides the library's own work decides whether the campaigns finish:
+transformers' `_speculative_sampling` and SGLang DSpark's torch version verify one request per
+call and draw from a generator the adapter cannot feed. Their adapters call once per request (a
+distribution campaign at `ci` is 200,000 calls), so what each call costs besides the library's own
+work decides whether the campaigns finish (keras-hub's adapter calls once per group of requests and
+uses the seeds and the draw of a request with no draft):
 
-- `request_seed`: the generator's seed of a request, from its state seed and the position of its
-  first row: the same request draws the same numbers in any batch, chunk or order;
+- `request_seed` (`request_seeds` for arrays): the generator's seed of a request, from its state
+  seed and the position of its first row: the same request draws the same numbers in any batch,
+  chunk or order;
 - `seeded_cpu`: torch's global CPU generator, seeded per request through `seed(...)`, restored to
   the caller's state afterwards. `torch.manual_seed` seeds every device's generator and, before
   CUDA is initialised, queues a call with its formatted stack for each (about 0.3 ms a call, and
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 
 _MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: spreads the state seed before the position is added
@@ -35,6 +38,13 @@ _MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio, odd: spreads the state seed b
 def request_seed(seed: int, pos: int) -> int:
     """The generator's seed for a request of state seed `seed` whose first row is at `pos`."""
     return ((seed % 2**64) * _MIX + pos % 2**64) % 2**63
+
+
+def request_seeds(seeds, pos) -> np.ndarray:
+    """`request_seed` of arrays of state seeds and first positions (int64 `[n]`)."""
+    with np.errstate(over="ignore"):
+        mixed = np.asarray(seeds, np.int64).astype(np.uint64) * np.uint64(_MIX) + np.asarray(pos, np.int64).astype(np.uint64)
+    return (mixed & np.uint64(2**63 - 1)).astype(np.int64)
 
 
 @contextlib.contextmanager
