@@ -123,3 +123,15 @@ def test_certification_draws_every_tree_kind_often():
 
     draw()
     assert min(kinds[k] for k in ("one_hot", "iid", "without_replacement")) >= 6, kinds
+
+
+def test_the_tree_verifying_reference_is_a_built_in_sampler():
+    """`reference-explicit` and `reference-explicit-per-node` name the reference verifying trees (SPEC 4c), so
+    the plugin gates it from an empty directory; one coin per node declares one-hot trees only."""
+    from rs_verify.harness.record import record_of
+    from rs_verify.harness.samplers import load_sampler
+
+    child, node = (record_of(load_sampler(n)) for n in ("reference-explicit", "reference-explicit-per-node"))
+    assert "tree" in child.verification_methods and child.tree_uniforms == "per_child"
+    assert child.tree_drafts == {"one_hot", "iid", "without_replacement"}
+    assert node.tree_uniforms == "per_node" and node.tree_drafts == {"one_hot"}
