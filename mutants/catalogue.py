@@ -44,6 +44,7 @@ FP64_BUILD = 'pkg.TritonSampler(block_v=32, streams="murmur3-fp64")'  # SPEC 3b'
 EXPLICIT_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit")'  # SPEC 3c: the batch's noise
 TREE_BUILD = 'pkg.ReferenceSampler(streams="explicit")'  # SPEC 4c: tree batches need the explicit family
 EXPLICIT_ICDF_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit", resample="inverse_cdf")'
+PER_NODE_BUILD = 'pkg.TritonSampler(block_v=32, streams="explicit", tree_uniforms="per_node")'  # SPEC 4c's coin
 
 
 @dataclass(frozen=True)
@@ -943,6 +944,41 @@ MUTANTS: list[Mutant] = [
                       "        nodes[r, : len(path)] = [c - 1 for c in path]  # MUTANT: off by one\n")]},
         build=TREE_BUILD,
         killers=("output_invariants", "certified_equivalence"),
+    ),
+    # -- the Triton sampler's tree kernel (SPEC 4c, rs_verify/triton_sampler/tree.py), explicit noise -----
+    Mutant(
+        "triton_tree_q_not_renormalised",
+        "Drafts without replacement: the kernel takes the earlier siblings' tokens out of Q but forgets to "
+        "renormalise what is left (Q~ = Q on the other tokens, not Q / (1 - the mass removed)), in the "
+        "acceptance test and in the residual.",
+        TRITON,
+        {"tree.py": [("lq = tl.where(zq == zq, (zq - qm_n) - qls_n - log_den, NEG_INF)",
+                      "lq = tl.where(zq == zq, (zq - qm_n) - qls_n, NEG_INF)  # MUTANT: Q~ not renormalised"),
+                     ("lq = tl.where(gone, NEG_INF, lq - den_col)",
+                      "lq = tl.where(gone, NEG_INF, lq)  # MUTANT: Q~ not renormalised")]},
+        build=EXPLICIT_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "triton_tree_residual_not_renormalised",
+        "After a rejected sibling the kernel stores max(p~ - Q~, 0) but keeps the old log mass: the next "
+        "sibling is tested against the unnormalised residual (too small), and an empty residual is never seen.",
+        TRITON,
+        {"tree.py": [("                lz, log_den = _tree_residual(target_ptr + jn * V,",
+                      "                _lz, log_den = _tree_residual(target_ptr + jn * V,  # MUTANT: lz kept\n"
+                      "                                             ")]},
+        build=EXPLICIT_BUILD,
+        killers=("certified_equivalence",),
+    ),
+    Mutant(
+        "triton_tree_coin_counts_repeats",
+        "One coin per node: the running sum S_k adds p of a repeated sibling's token again (SGLang's kernel, "
+        "undeclared) instead of summing over distinct tokens.",
+        TRITON,
+        {"tree.py": [("s_cur = s_prev + tl.where(fresh | (b > NEG_INF), tl.exp(lp_n), 0.0)",
+                      "s_cur = s_prev + tl.exp(lp_n)  # MUTANT: a repeated token counted again")]},
+        build=PER_NODE_BUILD,
+        killers=("certified_equivalence",),
     ),
 ]
 

@@ -80,6 +80,8 @@ class ReferenceSampler:
         if tree_uniforms not in (PER_CHILD, PER_NODE):
             raise ValueError(f"tree_uniforms must be {PER_CHILD!r} or {PER_NODE!r}, not {tree_uniforms!r} (SPEC 4c)")
         self.tree_uniforms = tree_uniforms
+        if tree_uniforms == PER_NODE:  # one coin per node: one-hot trees only (SPEC 4c)
+            self.tree_drafts = frozenset({"one_hot"})
         # SPEC 4c: tree batches use the explicit family (SPEC 3c), so the reference verifies trees with it only.
         self.verification_methods = frozenset({methods.TOKEN.name, methods.BLOCK.name}
                                               | ({methods.TREE.name} if self.family.keyed_by == "batch" else set()))

@@ -5,7 +5,8 @@ Structure is drawn by Hypothesis (so it shrinks: towards one request, a star of 
 
 - shapes per request: chains, stars, deep trees (depth `K`), bushy trees (many children per node) and
   random trees; a node's depth is at most `K`, and a request may hold more than `K + 1` nodes;
-- draft kinds, one per batch among those allowed: `"one_hot"` (no node draft logits; children are the
+- draft kinds, one per batch, uniform over those allowed (drawn from the content seed: a structural
+  draw leaned to the first kind, 30 of 33 tree batches one-hot at ci): `"one_hot"` (no node draft logits; children are the
   parent's top tokens or random ones, duplicate siblings included), `"iid"` (each child an independent
   draw from its parent's `Q`) and `"without_replacement"` (children drawn without replacement, in
   sampling order: Gumbel top-k); `Q` lies close to the parent's `p`, so acceptance decisions are near `u`;
@@ -14,8 +15,10 @@ Structure is drawn by Hypothesis (so it shrinks: towards one request, a star of 
 - the edges (each drawn for some batches): a sibling with `q~(x) = 0` (its token's draft logit `-inf`),
   an empty residual after the last sibling (the parent's `p` equal to its `Q` and the child's token
   excluded by both), for drafts without replacement a second sibling's uniform between `p~(x) / q~(x)`
-  and `p~(x) / Q(x)` (the renormalised `Q~` decides it), and, for one coin per node, the coin exactly on
-  a bound `S_k`;
+  and `p~(x) / Q(x)` (the renormalised `Q~` decides it; at the shallowest branching node, the path down
+  to it accepted), and, for one coin per node, the coin exactly on a bound `S_k`;
+- for one coin per node, coins in the middle of a later sibling's interval `[S_{k-1}, S_k)`, `k >= 2`
+  (repeated tokens included), or past the last one: the running sums decide;
 - the explicit noise (SPEC 3c): all three fields, multiples of `2**-53`.
 
 Imports only NumPy, Hypothesis and the contract.
@@ -32,6 +35,7 @@ from hypothesis.errors import InvalidArgument
 
 from rs_verify.contract.batch import LOGITS_DTYPES, SAMPLING_PARAMS, TREE_DRAFT_KINDS, TREE_UNIFORMS, SpecBatch
 from rs_verify.contract.methods import TREE
+from rs_verify.contract.probs import target_probs
 from rs_verify.contract.tree import children, distinct_bounds, node_probs
 
 from rs_verify.contract.logit_bound import checked as checked_bound
@@ -48,6 +52,7 @@ PAD_SHARE = 0.3  # a node's children followed by a padded child
 DUPLICATE_SHARE = 0.5  # one-hot trees: a sibling repeats an earlier sibling's token
 GREEDY_PATH_SHARE = 0.7  # a greedy request's child carries its parent's argmax
 RENORMALISED_SHARE = 0.75  # without replacement: batches with the second-sibling plant (besides the edge's share)
+LATER_COIN_SHARE = 0.75  # one coin per node: batches whose coins decide a later sibling (or none of them)
 CLOSE_SIGMA = (0.05, 1.5)  # Q's logits: p's plus Gaussian noise of this (log-uniform) scale
 
 
@@ -95,17 +100,20 @@ def _tree_batches(draw, cfg) -> SpecBatch:
         lo, hi = _sizes(shape, K, cfg["max_nodes"])
         parents.append(_parents(draw, shape, draw(st.integers(lo, hi)), K))
     V = draw(st.sampled_from(cfg["vocab_sizes"]))
-    kind = draw(st.sampled_from(cfg["tree_drafts"]))
-    model = kind != "one_hot"
-    Vd = V if not model or V < 2 or draw(st.integers(0, 5)) else draw(st.integers(1, V - 1))
+    Vd = V if V < 2 or draw(st.integers(0, 5)) else draw(st.integers(1, V - 1))  # model drafts only
     dtype = draw(st.sampled_from(cfg["dtypes"]))
     temp_kinds = [draw(st.sampled_from(cfg["temperatures"])) for _ in range(R)]
     if all(t == "greedy" for t in temp_kinds) and len(cfg["temperatures"]) > 1:
         temp_kinds[-1] = next(t for t in cfg["temperatures"] if t != "greedy")
     params_on = bool(cfg["sampling_params"]) and draw(st.integers(0, 3)) == 0
     seeds = [draw(st.integers(-(2**63), 2**63 - 1)) for _ in range(R)]
-    structure = (R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, params_on, cfg["tree_uniforms"])
+    structure = (R, K, shapes, parents, V, Vd, dtype, temp_kinds, params_on, cfg["tree_uniforms"], cfg["tree_drafts"])
     rng = np.random.default_rng([draw(st.integers(0, 2**32 - 1)), zlib.crc32(repr(structure).encode())])
+    # The draft kind is content, uniform over the allowed kinds: a structural draw is shared by the
+    # families of examples Hypothesis's generate phase builds by mutation and leans to the first kind
+    # (measured at ci on the Triton sampler: 30 of 33 tree batches one-hot, 2 without replacement).
+    kind = cfg["tree_drafts"][int(rng.integers(len(cfg["tree_drafts"])))]
+    Vd = Vd if kind != "one_hot" else V
     return _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, params_on, seeds)
 
 
@@ -156,8 +164,8 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
     S = R
     params = _params(rng, S, vp, temps, cfg["sampling_params"]) if params_on else {}
     accept = _unit(rng, N)
-    if kind == "without_replacement" and ("renormalised_q" in edges or rng.random() < RENORMALISED_SHARE):
-        planted += _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_on, accept)
+    renormalised = kind == "without_replacement" and ("renormalised_q" in edges or rng.random() < RENORMALISED_SHARE)
+    later_coin = cfg["tree_uniforms"] == "per_node" and not model and rng.random() < LATER_COIN_SHARE
     if "coin_on_bound" in edges and cfg["tree_uniforms"] == "per_node" and not model:
         planted += _plant_coin(rng, cu, parents, tokens, target, vp, temps, params_on, accept)
     pos = np.concatenate([rng.integers(0, 2**40) + np.arange(s) for s in sizes]).astype(np.int64)
@@ -169,6 +177,11 @@ def _contents(rng, cfg, R, K, shapes, parents, V, kind, Vd, dtype, temp_kinds, p
         node_draft_logits=nd, tree_drafts=kind if model else "iid",
         accept_uniforms=accept, resample_gumbel=-np.log(-np.log(_unit(rng, (R, vp)))),
         resample_uniforms=_unit(rng, R), **params)
+    if renormalised or later_coin:  # aimed at p with the sampling parameters applied (SPEC 2, 4c)
+        p_rows = target_probs(batch)
+        plant = _plant_renormalised if renormalised else _plant_later_coin
+        planted += plant(rng, cu, parents, tokens, p_rows, nd, vp, temps, accept)
+        batch = batch.replace(draft_token_ids=tokens, accept_uniforms=accept)
     event(f"tree drafts: {kind}")
     for shape in sorted(set(shapes)):
         event(f"tree shape: {shape}")
@@ -288,20 +301,70 @@ def _plant_coin(rng, cu, parents, tokens, target, vp, temps, params_on, accept) 
     return out
 
 
-def _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_on, accept) -> list[str]:
+def _planted_parents(rng, cu, parents, temps, tokens, vp):
+    """Stochastic parents with two real children or more: every root (each request's first level is
+    always verified) and each deeper node with probability one half (verified only where the path
+    reaches it)."""
+    cands = [c for c in _stochastic_parents(cu, parents, temps, tokens, vp) if len(c[2]) >= 2]
+    return [c for c in cands if rng.random() < 0.5 or c[1] == 0]
+
+
+def _guided_branches(rng, cu, parents, temps, tokens, vp, p_rows):
+    """`(request, node, its children, path)` for each stochastic request: the shallowest node with two
+    children or more (a padded one may be given a token) that the first real children lead to from the
+    root, each with `p(x) > 0` there (`path`, accepted at the uniform `2**-53`: most drawn trees are
+    chains or branch below the root); and deeper branching nodes with probability one half (verified
+    only where the path reaches them)."""
+    out = []
+    for r, par in enumerate(parents):
+        if temps[r] <= 0:
+            continue
+        lo, kids, n, path, branch = int(cu[r]), children(par), 0, [], None
+        while branch is None:
+            real = [c for c in kids[n] if 0 <= tokens[lo + c] < vp]
+            if len(kids[n]) >= 2:
+                branch = n
+                out.append((r, n, kids[n], path))
+            elif len(real) == 1 and p_rows[lo + n, tokens[lo + real[0]]] > 1e-12:
+                n = real[0]
+                path = path + [n]
+            else:
+                break
+        out += [(r, m, kids[m], []) for m in range(len(par)) if m != branch and len(kids[m]) >= 2
+                and rng.random() < 0.5]
+    return out
+
+
+def _plant_later_coin(rng, cu, parents, tokens, p_rows, nd, vp, temps, accept) -> list[str]:
+    """One coin per node: a drawn coin mostly lands in the first sibling's interval `[0, S_1)` when its
+    token is the parent's top one, so the running sums over later (and repeated) siblings decide
+    little. In some nodes with two real children or more (`_planted_parents`), the coin is put at the
+    middle of a later sibling's non-empty interval `[S_{k-1}, S_k)` (`k >= 2`) or of `[S_c, 1)` (every
+    sibling rejected): a decision with margin half the interval's width."""
+    out = []
+    for r, n, real in _planted_parents(rng, cu, parents, temps, tokens, vp):
+        j = int(cu[r]) + n
+        bounds = distinct_bounds(p_rows[j, :vp], [int(tokens[int(cu[r]) + c]) for c in real])
+        edges = np.concatenate([bounds, [1.0]])
+        spans = [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi - lo > 2.0**-20]
+        if not spans:
+            continue
+        lo, hi = spans[int(rng.integers(len(spans)))]
+        accept[j] = np.round((lo + hi) / 2 * 2.0**53) * 2.0**-53
+        out.append("coin deciding a later sibling")
+    return out
+
+
+def _plant_renormalised(rng, cu, parents, tokens, p_rows, nd, vp, temps, accept) -> list[str]:
     """Drafts without replacement: a node's first two children get the tokens `x1` with `Q(x1) > p(x1)`
     (rejected at a uniform near 1) and `x2` with `p(x2) > Q(x2)`, and `x2`'s uniform lies strictly between
     `p~(x2) / q~(x2)` (SPEC 4c: rejected) and `p~(x2) / Q(x2)` (accepted by a verifier that forgets to take
-    `x1` out of `Q`), at their geometric mean. The siblings stay distinct (tokens swapped, not repeated)."""
-    if params_on:
-        return []
+    `x1` out of `Q`), at their geometric mean. The siblings stay distinct (tokens swapped, not repeated); a
+    padded first or second child gets its token."""
     out = []
-    for r, n, real in _stochastic_parents(cu, parents, temps, tokens, vp):
-        if len(real) < 2 or rng.random() < 0.5:
-            continue
+    for r, n, real, path in _guided_branches(rng, cu, parents, temps, tokens, vp, p_rows):
         j, t, lo_row = int(cu[r]) + n, float(temps[r]), int(cu[r])
-        row = target[j, :vp]
-        p = node_probs(row if t == 1 else np.divide(row, np.float32(t), dtype=np.float32))
+        p = p_rows[j, :vp]
         q = _processed_q(nd[j, :vp], t)
         over = np.flatnonzero(q > p * (1 + 1e-6))
         if not over.size:
@@ -327,6 +390,7 @@ def _plant_renormalised(rng, cu, parents, tokens, target, nd, vp, temps, params_
         tokens[lo_row + np.asarray(real)] = toks
         accept[lo_row + real[0]] = 1.0 - 2.0**-53
         accept[lo_row + real[1]] = np.round(np.sqrt(lo[x2] * hi) * 2.0**53) * 2.0**-53
+        accept[lo_row + np.asarray(path, np.int64)] = 2.0**-53  # the path down to the node: accepted
         out.append("second sibling's uniform between p~/q~ and p~/Q")
     return out
 

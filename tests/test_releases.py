@@ -275,6 +275,20 @@ def test_a_cuda_only_offer_is_skipped_without_cuda(tmp_path):
     assert dict(discovery.offered("sglang", site, cuda=True))["rs_verify.adapters.sglang_dspark:DsparkTritonSampler"] is None
 
 
+def test_sglang_tree_kernel_is_offered_on_cuda_only(tmp_path):
+    """SGLang's tree kernel (a CUDA JIT module) is offered by a release that holds it, skipped without CUDA
+    with its reason, and missing with another reason from a release without it."""
+    site = tmp_path / "site"
+    tree = site / discovery.SGLANG_TREE
+    tree.parent.mkdir(parents=True)
+    tree.write_text("def chain_speculative_sampling_target_only(\n")
+    adapter = "rs_verify.adapters.sglang_tree:SglangTreeSampler"
+    assert "no tree verification kernel" in dict(discovery.offered("sglang", site, cuda=True))[adapter]
+    tree.write_text("def tree_speculative_sampling_target_only(\n    predicts,\n")
+    assert "CUDA device only" in dict(discovery.offered("sglang", site, cuda=False))[adapter]
+    assert dict(discovery.offered("sglang", site, cuda=True))[adapter] is None
+
+
 def test_discovery_reads_the_installed_files(tmp_path):
     site = tmp_path / "site"
     mrv2 = site / discovery.VLLM_MRV2

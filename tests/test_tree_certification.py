@@ -2,6 +2,7 @@
 fails the property that guards it, each declared deviation certifies its sampler, and the tree strategy
 reaches every draft kind and edge."""
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +102,36 @@ def test_the_tree_strategy_reaches_every_kind_and_edge():
     draw()
     assert seen >= {"one_hot", "iid", "without_replacement", "padded child", "duplicate one-hot siblings",
                     "q~(x) = 0 sibling", "empty residual after the last sibling", "coin on a bound"}, seen
+
+
+def test_certification_draws_every_tree_kind_often():
+    """The draft kind of a tree batch is content, uniform over the declared kinds: of the 60 batches
+    certification draws at ci for the Triton sampler (about half of them trees), each kind makes at least 6.
+    A structural draw leaned to the first kind (30 one-hot, 1 iid, 2 without replacement of 33 trees), and
+    a break of the renormalised `Q~` that only a batch drawn without replacement can show was then
+    certified by one example."""
+    from rs_verify.properties.inputs import certifiable_batches
+    from rs_verify.triton_sampler import TritonSampler
+
+    ctx = make_context(TritonSampler(block_v=32, streams="explicit"), ReferenceSampler(), profile="ci")
+    kinds = Counter()
+
+    @settings(settings.get_profile("ci"), max_examples=60, suppress_health_check=list(HealthCheck))
+    @given(certifiable_batches(ctx))
+    def draw(b):
+        kinds[b.tree_kind() if b.verification == "tree" else b.verification] += 1
+
+    draw()
+    assert min(kinds[k] for k in ("one_hot", "iid", "without_replacement")) >= 6, kinds
+
+
+def test_the_tree_verifying_reference_is_a_built_in_sampler():
+    """`reference-explicit` and `reference-explicit-per-node` name the reference verifying trees (SPEC 4c), so
+    the plugin gates it from an empty directory; one coin per node declares one-hot trees only."""
+    from rs_verify.harness.record import record_of
+    from rs_verify.harness.samplers import load_sampler
+
+    child, node = (record_of(load_sampler(n)) for n in ("reference-explicit", "reference-explicit-per-node"))
+    assert "tree" in child.verification_methods and child.tree_uniforms == "per_child"
+    assert child.tree_drafts == {"one_hot", "iid", "without_replacement"}
+    assert node.tree_uniforms == "per_node" and node.tree_drafts == {"one_hot"}

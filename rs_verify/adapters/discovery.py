@@ -26,6 +26,7 @@ TRANSFORMERS_UTILS = "transformers/generation/utils.py"
 EAGLE_UTILS = "eagle/model/utils.py"  # the distribution eagle-llm installs the package eagle
 KERAS_HUB_SPECULATIVE = "keras_hub/src/samplers/speculative_sampler.py"
 SGLANG_DSPARK = "sglang/kernels/ops/speculative/dspark/blockwise_rejection.py"
+SGLANG_TREE = "sglang/kernels/ops/speculative/sampling.py"
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,12 @@ ADAPTERS: tuple[Offer, ...] = (
     Offer("rs_verify.adapters.sglang_dspark:DsparkTorchSampler", "sglang",
           ((SGLANG_DSPARK, "def blockwise_rejection_torch("),),
           "this SGLang has no DSpark block-wise rejection (speculative/dspark/blockwise_rejection.py, from 0.5.23 on)"),
+    Offer("rs_verify.adapters.sglang_tree:SglangTreeSampler", "sglang",
+          ((SGLANG_TREE, "def tree_speculative_sampling_target_only("),),
+          "this SGLang has no tree verification kernel (tree_speculative_sampling_target_only in "
+          "kernels/ops/speculative/sampling.py)",
+          cuda_only="its tree kernel is CUDA C++ compiled at its first call (kernels/jit/csrc/speculative/"
+                    "sampling.cuh), with no CPU or interpreter path: it runs on a CUDA device only"),
 )
 
 

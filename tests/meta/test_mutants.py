@@ -116,6 +116,23 @@ def test_tree_mutants_cover_the_catalogue():
     assert sorted(TREE_MUTANTS) == sorted(m.name for m in MUTANTS if m.name.startswith("tree_"))
 
 
+# The Triton tree kernel's mutants (SPEC 4c, rs_verify/triton_sampler/tree.py through the interpreter), each
+# killed in process at the ci profile's own budget by certification (6 s to 25 s each on an idle core: the
+# long run's; `tests/test_triton_tree.py` holds the kernel's hand-built unit tests).
+TRITON_TREE_MUTANTS = ("triton_tree_q_not_renormalised", "triton_tree_residual_not_renormalised",
+                       "triton_tree_coin_counts_repeats")
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", TRITON_TREE_MUTANTS)
+def test_triton_tree_mutants_are_killed_at_ci(name):
+    test_tree_mutants_are_killed_at_ci(name)
+
+
+def test_triton_tree_mutants_cover_the_catalogue():
+    assert sorted(TRITON_TREE_MUTANTS) == sorted(m.name for m in MUTANTS if m.name.startswith("triton_tree_"))
+
+
 def test_fast_subset_covers_the_catalogue():
     by_name = {m.name: m for m in MUTANTS}
     for name, (prop, _) in FAST_SUBSET.items():
