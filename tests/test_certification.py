@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, find, settings
 
+from conftest import no_shrink
 from mutants.catalogue import by_name
 from rs_verify.reference import ReferenceSampler, acceptance_uniforms
 from rs_verify.engine.runner import make_context, run as run_property
@@ -268,9 +269,8 @@ class _Declaring:
 
 
 def _certification(sampler, reference, shrink=True):
-    """Certification at the ci profile's budget; `shrink=False` stops at the first failing example (a kill:
-    shrinking it took most of the run, up to 10 s of CPU per failure)."""
-    base = None if shrink else settings(settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    """Certification at the ci profile's budget; `shrink=False` stops at the first failing example (a kill)."""
+    base = None if shrink else no_shrink()
     return run_property(PROPERTIES["certified_equivalence"], make_context(sampler, reference, profile="ci"), base)
 
 

@@ -26,7 +26,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-from conftest import LONG_RUN, SHARE
+from conftest import LONG_RUN, SHARE, no_shrink
 from rs_verify.adapters import explicit_inputs, sglang, vllm_v1
 from rs_verify.adapters.sglang import SglangSampler
 from rs_verify.adapters.vllm_v1 import VllmV1Sampler
@@ -313,9 +313,10 @@ def test_a_changed_calling_convention_fails_at_construction():
 SHARED = set() if LONG_RUN else {"rejects_bad_input"}
 
 
-def _gate(name, sampler, reference):
-    ci = settings.get_profile("ci")
-    base = settings(ci, max_examples=round(ci.max_examples * SHARE)) if name in SHARED else None
+def _gate(name, sampler, reference, shrink=True):
+    """Property `name` at the ci profile; `shrink=False` stops at the first failing example (a kill)."""
+    ci = settings.get_profile("ci") if shrink else no_shrink()
+    base = settings(ci, max_examples=round(ci.max_examples * SHARE)) if name in SHARED else ci
     return run(PROPERTIES[name], make_context(sampler, reference, profile="ci"), base)
 
 
@@ -337,6 +338,6 @@ def test_internal_chunking_is_not_claimed(make, reference):
 @pytest.mark.parametrize("make, defect", [(_sglang, "neighbour_uniform"), (_sglang, "cdf_over_p"),
                                           (_vllm_v1, "neighbour_uniform"), (_vllm_v1, "recover_from_p")])
 def test_a_planted_defect_fails_certification(make, defect, reference):
-    outcome = _gate("certified_equivalence", make(defect), reference)
+    outcome = _gate("certified_equivalence", make(defect), reference, shrink=False)
     assert outcome.status == "failed", outcome.status
     assert re.search("differ from the reference|outside the residual|emitted it again", outcome.failure.text())
