@@ -3,7 +3,7 @@
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from rs_verify.reference import ReferenceSampler
 from rs_verify.harness import device
@@ -39,6 +39,13 @@ def budget(shared: bool):
         return None
     base = settings.get_profile(settings._current_profile)
     return settings(base, max_examples=max(1, round(base.max_examples * SHARE)))
+
+
+def no_shrink(profile: str = "ci") -> settings:
+    """The profile's settings without the shrink phase: a test that asserts only that a defect fails (a kill,
+    and what its failure says) stops at the first failing example, the same one on every run (the ci profile
+    is derandomized); shrinking it took most of such a test's time (up to 10 s of CPU per failure)."""
+    return settings(settings.get_profile(profile), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, find, settings
 
+from conftest import no_shrink
 from mutants.catalogue import by_name
 from rs_verify.reference import ReferenceSampler, acceptance_uniforms
 from rs_verify.engine.runner import make_context, run as run_property
@@ -267,8 +268,10 @@ class _Declaring:
         return self.inner(batch)
 
 
-def _certification(sampler, reference):
-    return run_property(PROPERTIES["certified_equivalence"], make_context(sampler, reference, profile="ci"))
+def _certification(sampler, reference, shrink=True):
+    """Certification at the ci profile's budget; `shrink=False` stops at the first failing example (a kill)."""
+    base = None if shrink else no_shrink()
+    return run_property(PROPERTIES["certified_equivalence"], make_context(sampler, reference, profile="ci"), base)
 
 
 def test_murmur3_samplers_are_certified_and_philox_noise_under_its_name_fails(reference):
@@ -283,7 +286,7 @@ def test_murmur3_samplers_are_certified_and_philox_noise_under_its_name_fails(re
         assert outcome.status == "passed", outcome.failure and outcome.failure.text()
         assert outcome.stats["stochastic_decisions"] >= 1000 and outcome.excused == 0
     for declares, draws in (("murmur3", "triton-philox"), ("triton-philox", "murmur3")):
-        outcome = _certification(_Declaring(declares, draws), reference)
+        outcome = _certification(_Declaring(declares, draws), reference, shrink=False)
         assert outcome.status == "failed", (declares, draws)
         assert "argmax diverges" in outcome.failure.text(), outcome.failure.text()
 
@@ -320,7 +323,7 @@ def test_murmur3_edge_defects_are_killed_on_drawn_batches(name, uniform, floor, 
     declaring the family: certification at the ci profile kills a sampler that gets G wrong only there,
     which passes the same run when the edges are not planted (random seeds never reach them)."""
     sampler = _murmur3_drawing(name, uniform, floor)
-    outcome = _certification(sampler, reference)
+    outcome = _certification(sampler, reference, shrink=False)
     assert outcome.status == "failed" and "argmax diverges" in outcome.failure.text()
     ctx = make_context(sampler, reference, profile="ci")
     assert ctx.batch_kwargs.pop("streams") == "murmur3"

@@ -5,7 +5,7 @@ here, also on a CPU-only runner. Under the test suite's TRITON_INTERPRET=1 the c
 child process without the interpreter.
 
 The default run compiles one specialization per kernel for sm_80, the one most likely to fail
-the gate (`WORST_CASE`: 8 compiles, one child process per kernel); the long run
+the gate (`WORST_CASE`: 8 compiles, in one child process); the long run
 (`RS_VERIFY_FULL=1`) compiles every specialization of all three dtypes for sm_80 and checks that
 each pick still holds its kernel's most registers, runs `rs-verify compile` for sm_80, sm_90 and
 sm_100 (756, 252 per arch with the three stream families and the explicit family's two resamples;
@@ -18,6 +18,12 @@ register counts differ a little between archs (triton-philox's verify_kernel: 16
 at sm_100), so sm_80, the highest, is the one to gate on.
 The compile tests are marked `slow`: deselect them with `-m "not slow"`.
 """
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,13 +91,44 @@ def failures(results):
     return [(r.kernel, r.width, r.label, r.error or f"{r.local} bytes spilled") for r in aot.gate_failures(results)]
 
 
+# Every kernel's pick in one child process with the interpreter off: a child per kernel took about 5.5 s
+# each on an idle core, nearly all of it the child's start (importing torch and Triton, the backend's first
+# compile), 40 s for the eight; one child for the eight, 8 s (warm Triton cache).
+_CHILD = """
+import dataclasses, json
+import test_compile
+for kernel in test_compile.WORST_CASE:
+    for r in test_compile.compile_worst_case(kernel):
+        print(test_compile.aot.RESULT_PREFIX + json.dumps(dataclasses.asdict(r)), flush=True)
+"""
+
+
+def compile_worst_cases() -> dict[str, list]:
+    """`compile_worst_case` of every kernel in one process: {kernel: its results}."""
+    if aot.compilable_here():
+        return {kernel: compile_worst_case(kernel) for kernel in WORST_CASE}
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(here), str(here.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+    proc = subprocess.run([sys.executable, "-c", _CHILD], env=dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=path),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith(aot.RESULT_PREFIX):
+            res = aot.CompileResult(**json.loads(line[len(aot.RESULT_PREFIX):]))
+            out.setdefault(res.kernel, []).append(res)
+    return out
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kernel", aot.KERNELS)
-def test_worst_case_specialization_compiles_for_sm_80(kernel):
-    results = compile_worst_case(kernel)
-    # One specialization; log_softmax two: its logprobs mode is a runtime flag (raw) or a constant (processed).
-    assert [r.kernel for r in results] == [kernel] * (2 if kernel == "log_softmax_kernel" else 1), results
-    assert all(r.registers for r in results) and not failures(results), failures(results)
+def test_worst_case_specializations_compile_for_sm_80():
+    results = compile_worst_cases()
+    assert sorted(results) == sorted(aot.KERNELS), sorted(results)
+    for kernel, got in results.items():
+        # One specialization; log_softmax two: its logprobs mode is a runtime flag (raw) or a constant (processed).
+        assert [r.kernel for r in got] == [kernel] * (2 if kernel == "log_softmax_kernel" else 1), got
+    every = [r for got in results.values() for r in got]
+    assert all(r.registers for r in every) and not failures(every), failures(every)
 
 
 @pytest.mark.slow

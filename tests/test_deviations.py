@@ -218,18 +218,25 @@ def test_a_certification_failure_names_the_undeclared_deviation_it_resembles(gat
     assert "looks like `inverse_cdf_last_token`" in text
 
 
+def _underflowing_residual() -> SpecBatch:
+    """One request drafting token 2 at T = 1: p = (1, e**-1000, e**-2000) and q = (1, e**-1002, e**-1000)
+    (unnormalised), so max(p - q, 0) after rejecting the draft holds mass only at token 1, below float64's
+    range."""
+    z = np.array([[0.0, -1000.0, -2000.0], [0.0, 0.0, 0.0]], np.float32)
+    zq = np.array([[[0.0, -1002.0, -1000.0]]], np.float32)
+    return SpecBatch(target_logits=z, draft_logits=zq, draft_token_ids=np.array([0, 2], np.int64),
+                     cu_num_logits=np.array([0, 2], np.int32), pos=np.array([5, 6], np.int64),
+                     idx_mapping=np.array([0], np.int32), temperature=np.ones(1, np.float32),
+                     seeds=np.array([7], np.int64), num_speculative_steps=1)
+
+
 def test_a_residual_whose_mass_underflows_float64_is_not_certified_empty():
     """The positive mass of max(p - q, 0) lies at token 1 alone, with p = e**-1000 > q = e**-1002: below
     float64's range, so the float64 mass is 0, yet the residual is not empty (a sampler that keeps it in
     log space, as vLLM MRV2 does, samples token 1). With `empty_residual_token0` declared the reference
     emits token 0 (empty in float32); that decision is certified with the residual's mass, 0 <= eps
     (SPEC 8): token 1 is excused as the other branch, token 2 (q > p there) is not."""
-    z = np.array([[0.0, -1000.0, -2000.0], [0.0, 0.0, 0.0]], np.float32)
-    zq = np.array([[[0.0, -1002.0, -1000.0]]], np.float32)
-    batch = SpecBatch(target_logits=z, draft_logits=zq, draft_token_ids=np.array([0, 2], np.int64),
-                      cu_num_logits=np.array([0, 2], np.int32), pos=np.array([5, 6], np.int64),
-                      idx_mapping=np.array([0], np.int32), temperature=np.ones(1, np.float32),
-                      seeds=np.array([7], np.int64), num_speculative_steps=1)
+    batch = _underflowing_residual()
     ref = ReferenceSampler().with_streams("triton-philox", deviations=["empty_residual_token0"])
     out, traces = ref.verify_with_trace(batch)
     assert out.request(0) == [0]
@@ -248,12 +255,7 @@ def test_the_view_of_an_empty_residual_is_the_samplers():
     `p = e**-1000 > q = e**-1002`. In the probability view (vLLM V1, LMDeploy) that residual is empty
     and `empty_residual_token0` emits token 0; in the log view (vLLM MRV2: `EMPTY_RESIDUAL_TOKEN0_LOG`)
     it is not, and the reference samples it: token 1, certified and within the output rules."""
-    z = np.array([[0.0, -1000.0, -2000.0], [0.0, 0.0, 0.0]], np.float32)
-    zq = np.array([[[0.0, -1002.0, -1000.0]]], np.float32)
-    batch = SpecBatch(target_logits=z, draft_logits=zq, draft_token_ids=np.array([0, 2], np.int64),
-                      cu_num_logits=np.array([0, 2], np.int32), pos=np.array([5, 6], np.int64),
-                      idx_mapping=np.array([0], np.int32), temperature=np.ones(1, np.float32),
-                      seeds=np.array([7], np.int64), num_speculative_steps=1)
+    batch = _underflowing_residual()
     log_view = known.EMPTY_RESIDUAL_TOKEN0_LOG
     assert (log_view.name, log_view.empty_view, known.EMPTY_RESIDUAL_TOKEN0.empty_view) == (
         "empty_residual_token0", "log", "probabilities")

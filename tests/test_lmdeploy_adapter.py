@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import no_shrink
 from rs_verify.adapters import explicit_inputs
 from rs_verify.adapters import lmdeploy as adapter
 from rs_verify.adapters.lmdeploy import LmdeployTorchSampler, LmdeployTritonSampler
@@ -157,8 +158,10 @@ def _torch():
     return LmdeployTorchSampler(impl_module=fake_default(), device="cpu", deviations=())
 
 
-def _certify(sampler, reference):
-    return run(PROPERTIES["certified_equivalence"], make_context(sampler, reference, profile="ci"))
+def _certify(sampler, reference, shrink=True):
+    """Certification at the ci profile's budget; `shrink=False` stops at the first failing example (a kill)."""
+    return run(PROPERTIES["certified_equivalence"], make_context(sampler, reference, profile="ci"),
+               None if shrink else no_shrink())
 
 
 def test_declarations():
@@ -213,5 +216,5 @@ def test_a_convention_mistake_fails_certification(make, mistake, reference, monk
         inputs = type(sampler).inputs
         fix = _swap_pq if mistake == "swap_pq" else _e_for_inverse
         monkeypatch.setattr(type(sampler), "inputs", lambda self, *a: fix(inputs(self, *a)))
-    outcome = _certify(sampler, reference)
+    outcome = _certify(sampler, reference, shrink=False)
     assert outcome.status == "failed", outcome.status

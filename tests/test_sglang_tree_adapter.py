@@ -14,8 +14,8 @@ import re
 import numpy as np
 import pytest
 import torch
-from hypothesis import Phase, settings
 
+from conftest import no_shrink
 from rs_verify.adapters.sglang_tree import SglangTreeSampler
 from rs_verify.engine.runner import make_context, run
 from rs_verify.harness.record import record_of
@@ -78,8 +78,7 @@ def _sglang_tree(defect=None):
 
 
 def _gate(name, sampler, reference, shrink=True):
-    base = None if shrink else settings(settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
-    return run(PROPERTIES[name], make_context(sampler, reference, profile="ci"), base)
+    return run(PROPERTIES[name], make_context(sampler, reference, profile="ci"), None if shrink else no_shrink())
 
 
 def test_declarations():

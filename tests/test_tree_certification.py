@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from conftest import no_shrink
 from examples import tree_sampler as ts
 from rs_verify.contract.tree import children, distinct_bounds, node_probs
 from rs_verify.engine.context import make_context
@@ -18,8 +19,9 @@ from rs_verify.reference import ReferenceSampler
 from rs_verify.strategies import tree_batches
 
 
-def _ci(prop, sampler):
-    return run(PROPERTIES[prop], make_context(sampler, ReferenceSampler(), profile="ci"))
+def _ci(prop, sampler, shrink=True):
+    """`prop` at the ci profile's budget; `shrink=False` stops at the first failing example (a kill)."""
+    return run(PROPERTIES[prop], make_context(sampler, ReferenceSampler(), profile="ci"), None if shrink else no_shrink())
 
 
 pytest_plugins = ["pytester"]
@@ -31,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
     (ts.undeclared_raw_bonus, "certified_equivalence", "looks like `tree_bonus_unprocessed`"),
 ])
 def test_a_tree_defect_fails_at_ci(factory, prop, says):
-    outcome = _ci(prop, factory())
+    outcome = _ci(prop, factory(), shrink=False)
     assert outcome.failure is not None, f"{prop} passed {factory.__name__}"
     assert any(s in outcome.failure.text() for s in says.split("|")), outcome.failure.text()
 

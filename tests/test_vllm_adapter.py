@@ -22,6 +22,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
+from conftest import no_shrink
 from rs_verify.adapters.vllm import VllmSampler
 from rs_verify.adapters.vllm_probe import ProbeError, predictions, probe_batch
 from rs_verify.contract.batch import SpecBatch
@@ -217,9 +218,10 @@ def test_the_probe_tells_what_the_function_draws(streams, draft_logits):
     assert f"streams={streams!r}, draft_logits={draft_logits!r}" in repr(sampler)
 
 
-def _gate(name: str, sampler, reference) -> Outcome:
-    """Property `name` on `sampler` at the ci profile, as the gate runs it."""
-    return run(PROPERTIES[name], make_context(sampler, reference, profile="ci"))
+def _gate(name: str, sampler, reference, shrink=True) -> Outcome:
+    """Property `name` on `sampler` at the ci profile, as the gate runs it; `shrink=False` stops at the first
+    failing example (a kill)."""
+    return run(PROPERTIES[name], make_context(sampler, reference, profile="ci"), None if shrink else no_shrink())
 
 
 @pytest.mark.parametrize("name", ["certified_equivalence", "output_invariants", "blackbox_chunking"])
@@ -241,7 +243,8 @@ DECISIONS_DIFFER = "differ from the reference|outside the residual"
     (BEFORE_BOTH, ("triton-philox", "raw"), DECISIONS_DIFFER + "|processed draft logits are float32"),
 ], ids=["divides-twice", "philox-declared", "divides-never"])
 def test_an_adapter_forced_to_the_wrong_convention_fails(convention, forced, says, reference):
-    outcome = _gate("certified_equivalence", _vllm(convention, streams=forced[0], draft_logits=forced[1]), reference)
+    outcome = _gate("certified_equivalence", _vllm(convention, streams=forced[0], draft_logits=forced[1]), reference,
+                    shrink=False)
     assert outcome.status == "failed" and re.search(says, outcome.failure.text()), outcome.status
 
 

@@ -59,57 +59,68 @@ def _recording(sink, label):
         sampler.kernels = real
 
 
+# The recorded batch: 3 requests of 2, 0 and 1 drafts (cu_num_logits), N = 6 rows, S = 4 request slots, K = 2.
+CU = [0, 3, 4, 6]
+SIZES = (CU[-1], len(CU) - 1, 4, 2)  # n, r, s, k
+
+
+def _empty(shape, dt):
+    """A `meta` tensor: shape and dtype, no data, no device."""
+    return torch.empty(shape, dtype=dt, device="meta")
+
+
+def _rows_and_requests() -> tuple:
+    """`rejection_sample`'s arguments after the logits: draft_token_ids, cu_num_logits, pos, idx_mapping,
+    temperature, seeds."""
+    n, r, s, _ = SIZES
+    return (_empty(n, torch.int64), _empty(r + 1, torch.int32), _empty(n, torch.int64), _empty(r, torch.int32),
+            _empty(s, torch.float32), _empty(s, torch.int64))
+
+
+def _noise(v, vd, resample) -> dict:
+    """The explicit family's float64 noise (SPEC 3c) and how it resamples (SPEC 4)."""
+    n, r = SIZES[:2]
+    return dict(accept_uniforms=_empty(n, torch.float64), resample_gumbel=_empty((r, min(v, vd)), torch.float64),
+                resample_uniforms=_empty(r, torch.float64), resample=resample)
+
+
+def _parameters() -> dict:
+    """All three sampling parameters (SPEC 2), one entry per request slot."""
+    s = SIZES[2]
+    return dict(top_k=_empty(s, torch.int32), top_p=_empty(s, torch.float32), min_p=_empty(s, torch.float32))
+
+
 def _record_tree(sink, label, dtype, drafts, v, vd, block_v, features, resample):
     """Record the launches of a tree batch (SPEC 4c, explicit family): the meta batch of `_record` as trees
     (node draft logits [N, Vd] for model drafts), with all three sampling parameters when `features`."""
-
-    def empty(shape, dt):
-        return torch.empty(shape, dtype=dt, device="meta")
-
-    cu = [0, 3, 4, 6]
-    n, r, s, k = cu[-1], len(cu) - 1, 4, 2
+    n, r, _, k = SIZES
     logits = TORCH_DTYPES[dtype]
-    extra = {}
-    if features:
-        extra = dict(top_k=empty(s, torch.int32), top_p=empty(s, torch.float32), min_p=empty(s, torch.float32))
+    extra = _parameters() if features else {}
     with _recording(sink, label + ", tree"):
         rejection_sample(
-            empty((n, v), logits), None, empty(n, torch.int64), empty(r + 1, torch.int32), empty(n, torch.int64),
-            empty(r, torch.int32), empty(s, torch.float32), empty(s, torch.int64),
-            num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
-            verification=methods.TREE.name, streams=EXPLICIT.name, accept_uniforms=empty(n, torch.float64),
-            resample_gumbel=empty((r, min(v, vd)), torch.float64), resample_uniforms=empty(r, torch.float64),
-            resample=resample, tree_parent=empty(n, torch.int32),
-            node_draft_logits=empty((n, vd), logits) if drafts == "model" else None,
-            accepted_nodes=empty((r, k), torch.int32), **extra)
+            _empty((n, v), logits), None, *_rows_and_requests(), num_speculative_steps=k, max_chunk_logits=2,
+            block_v=block_v, cu_num_logits_host=CU, verification=methods.TREE.name, streams=EXPLICIT.name,
+            **_noise(v, vd, resample),
+            tree_parent=_empty(n, torch.int32),
+            node_draft_logits=_empty((n, vd), logits) if drafts == "model" else None,
+            accepted_nodes=_empty((r, k), torch.int32), **extra)
 
 
 def _record(sink, label, dtype, drafts, v, vd, block_v, logprobs_mode, features=False, streams=DEFAULT_STREAMS,
             resample=GUMBEL, block_seed=PLAIN):
-    """Record the launches of `rejection_sample` on a meta batch: 3 requests (2, 0, 1 drafts), K = 2;
+    """Record the launches of `rejection_sample` on the meta batch (`CU`, `SIZES`);
     with `features`, with all three sampling parameters and block verification (SPEC 2, 4b); the
     random numbers of the stream family `streams` (SPEC 3; explicit: the batch's float64 noise,
     resampled as `resample` says, SPEC 4), block steps keyed by `block_seed` (SPEC 3b)."""
-
-    def empty(shape, dt):
-        return torch.empty(shape, dtype=dt, device="meta")
-
-    cu = [0, 3, 4, 6]
-    n, r, s, k = cu[-1], len(cu) - 1, 4, 2
+    n, _, s, k = SIZES
     logits = TORCH_DTYPES[dtype]
-    extra = {}
-    if features:
-        extra = dict(top_k=empty(s, torch.int32), top_p=empty(s, torch.float32), min_p=empty(s, torch.float32),
-                     verification=methods.BLOCK.name)
+    extra = dict(_parameters(), verification=methods.BLOCK.name) if features else {}
     if streams == EXPLICIT.name:
-        extra.update(accept_uniforms=empty(n, torch.float64), resample_gumbel=empty((r, min(v, vd)), torch.float64),
-                     resample_uniforms=empty(r, torch.float64), resample=resample)
+        extra.update(_noise(v, vd, resample))
     with _recording(sink, label):
         rejection_sample(
-            empty((n, v), logits), empty((s, k, vd), logits) if drafts == "model" else None,
-            empty(n, torch.int64), empty(r + 1, torch.int32), empty(n, torch.int64), empty(r, torch.int32),
-            empty(s, torch.float32), empty(s, torch.int64),
-            num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=cu,
+            _empty((n, v), logits), _empty((s, k, vd), logits) if drafts == "model" else None, *_rows_and_requests(),
+            num_speculative_steps=k, max_chunk_logits=2, block_v=block_v, cu_num_logits_host=CU,
             num_logprobs=None if logprobs_mode is None else 1, logprobs_mode=logprobs_mode or "raw", streams=streams,
             block_seed=block_seed, **extra)
 
