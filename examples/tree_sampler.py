@@ -15,8 +15,8 @@ Planted defects, each a known way to get tree verification wrong, that the suite
   sibling is accepted with the wrong probability and the final token is drawn from `p_n`;
 - `siblings="repeated"` (per node): a repeated sibling's token is counted again in the bounds (SGLang's
   kernel; declared, it is the `tree_duplicate_siblings` deviation);
-- `bonus="raw"`: an accepted leaf's bonus from the softmax of the raw logits (EAGLE 1.2.1; declared, it
-  is `tree_bonus_unprocessed`).
+- `bonus="raw"`: an accepted leaf's bonus from the softmax of the raw logits, and so a chain's after an
+  accepted draft (EAGLE 1.2.1; declared, it is `tree_bonus_unprocessed`).
 
 Gate it with:  pytest -p rs_verify --rs-sampler=examples.tree_sampler:TreeSampler
 """
@@ -102,6 +102,8 @@ class TreeSampler:
             if j + 1 < hi and 0 <= d < vp:
                 w[d] = 0
                 w = w if w.sum() > 0 else p
+            elif j > lo and self.bonus == "raw":  # a chain is a tree (SPEC 4c): it ends on an accepted draft
+                w = _softmax(np.asarray(batch.target_logits[j, :vp], _F32))
             with np.errstate(divide="ignore"):
                 out.append(int(np.argmax(np.log(w) + g)))
             return [], out

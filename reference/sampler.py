@@ -26,7 +26,7 @@ from .slab import Slab, verify_slab
 from .trace import RequestTrace
 from .tree import PER_CHILD, PER_NODE, verify_tree_slab
 
-__all__ = ["ReferenceSampler", "SLAB_ELEMS"]
+__all__ = ["ReferenceSampler", "SLAB_ELEMS", "explicit_per_node_reference", "explicit_reference"]
 
 #: float64 elements per slab working array (rows x vocab): bounds memory, keeps slabs cache-sized.
 SLAB_ELEMS = 1 << 18
@@ -195,3 +195,15 @@ class BatchArrays:
         on = batch.sampling_params_on()
         self.params = state_params(batch, np.arange(batch.num_states)) if on else None
         self.block = batch.verification == methods.BLOCK.name
+
+
+def explicit_reference() -> ReferenceSampler:
+    """`ReferenceSampler(streams="explicit")` (SPEC 3c; trees with one coin per child, SPEC 4c): built-in
+    name `reference-explicit`."""
+    return ReferenceSampler(streams="explicit")
+
+
+def explicit_per_node_reference() -> ReferenceSampler:
+    """`ReferenceSampler(streams="explicit", tree_uniforms="per_node")` (SPEC 4c: one coin per parent node,
+    one-hot trees): built-in name `reference-explicit-per-node`."""
+    return ReferenceSampler(streams="explicit", tree_uniforms="per_node")

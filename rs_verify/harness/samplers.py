@@ -20,25 +20,9 @@ BUILTIN = {
     # the explicit family's tree verification with one coin per parent node (SPEC 4c)
     "triton-explicit-per-node": "rs_verify.triton_sampler.protocol:explicit_per_node_sampler",
     # the reference reading the batch's noise (SPEC 3c), verifying trees with one coin per child or per node
-    "reference-explicit": "rs_verify.harness.samplers:explicit_reference",
-    "reference-explicit-per-node": "rs_verify.harness.samplers:explicit_per_node_reference",
+    "reference-explicit": "rs_verify.reference.sampler:explicit_reference",
+    "reference-explicit-per-node": "rs_verify.reference.sampler:explicit_per_node_reference",
 }
-
-
-def explicit_reference():
-    """`ReferenceSampler(streams="explicit")` (SPEC 3c; trees with one coin per child, SPEC 4c): built-in
-    name `reference-explicit`."""
-    from rs_verify.reference import ReferenceSampler  # lazy: loading a user's sampler imports no reference
-
-    return ReferenceSampler(streams="explicit")
-
-
-def explicit_per_node_reference():
-    """`ReferenceSampler(streams="explicit", tree_uniforms="per_node")` (SPEC 4c: one coin per parent node,
-    one-hot trees): built-in name `reference-explicit-per-node`."""
-    from rs_verify.reference import ReferenceSampler
-
-    return ReferenceSampler(streams="explicit", tree_uniforms="per_node")
 
 
 def import_module(module_name: str):
